@@ -1,0 +1,34 @@
+"""One run in a process of its own: `python -m benchmarks.worker CONFIG_JSON OUT_PATH`.
+
+benchmarks.compare starts one per (framework, mode, device count). The thread
+count goes into the environment before any framework is imported, since several
+read it only at import. Progress goes to stdout as '@step' lines; the record goes
+to OUT_PATH, written atomically."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+# Quiet the C++ logs of TensorFlow and Paddle so that errors stand out.
+QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "GLOG_minloglevel": "2", "GLOG_v": "0",
+             "PYTHONWARNINGS": "ignore"}
+
+
+def thread_env(threads: int) -> dict:
+    return {k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+
+
+def main(argv: list[str]) -> int:
+    cfg_json, out_path = argv[0], argv[1]
+    from common.results import RunConfig, write_atomic
+    cfg = RunConfig(**json.loads(cfg_json))
+    os.environ.update(thread_env(cfg.threads))
+    from common.training import run
+    record = run(cfg, progress=True)
+    write_atomic(out_path, record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

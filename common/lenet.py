@@ -1,0 +1,115 @@
+"""The chapter's LeNet, defined once: parameter shapes, the shared initial weights,
+and a NumPy reference of the forward and backward pass (the oracle every framework
+is tested against).
+
+Layout is the chapter's (PyTorch/MXNet): images NCHW, conv weights OIHW, dense
+weights (in, out). Frameworks with other layouts convert at their edge.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+PARAM_NAMES = ("W1", "b1", "W2", "b2", "W3", "b3", "W4", "b4")
+PARAM_SHAPES = ((20, 1, 3, 3), (20,), (50, 20, 5, 5), (50,),
+                (800, 128), (128,), (128, 10), (10,))
+NUM_CLASSES = 10
+IMAGE_SHAPE = (1, 28, 28)
+INIT_SCALE = 0.01
+
+
+def init_params(seed: int) -> list[np.ndarray]:
+    """Weights ~ N(0, 1) * 0.01, biases zero, float32: the chapter's initialisation."""
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal(s) * INIT_SCALE).astype(np.float32) if len(s) > 1
+            else np.zeros(s, np.float32) for s in PARAM_SHAPES]
+
+
+# --- NumPy reference (float64 inside, so that it is the more exact side) ---
+
+def _conv(X, W, b):
+    k = W.shape[-1]
+    cols = sliding_window_view(X, (k, k), axis=(2, 3))          # N,C,Ho,Wo,k,k
+    return np.einsum("nchwij,ocij->nohw", cols, W, optimize=True) + b[None, :, None, None]
+
+
+def _conv_backward(X, W, dout, need_dx):
+    k = W.shape[-1]
+    cols = sliding_window_view(X, (k, k), axis=(2, 3))
+    dW = np.einsum("nchwij,nohw->ocij", cols, dout, optimize=True)
+    db = dout.sum(axis=(0, 2, 3))
+    if not need_dx:
+        return None, dW, db
+    padded = np.pad(dout, ((0, 0), (0, 0), (k - 1, k - 1), (k - 1, k - 1)))
+    windows = sliding_window_view(padded, (k, k), axis=(2, 3))   # full correlation
+    dX = np.einsum("nohwij,ocij->nchw", windows, W[:, :, ::-1, ::-1], optimize=True)
+    return dX, dW, db
+
+
+def _avgpool(X):
+    n, c, h, w = X.shape
+    ho, wo = h // 2, w // 2                                        # floor, as every framework
+    return X[:, :, :2 * ho, :2 * wo].reshape(n, c, ho, 2, wo, 2).mean(axis=(3, 5))
+
+
+def _avgpool_backward(X_shape, dout):
+    dX = np.zeros(X_shape)
+    ho, wo = dout.shape[2:]
+    dX[:, :, :2 * ho, :2 * wo] = np.repeat(np.repeat(dout, 2, axis=2), 2, axis=3) / 4.0
+    return dX
+
+
+def forward(params, X):
+    """Logits of the chapter's LeNet for images X (N,1,28,28)."""
+    return _forward(params, X)[0]
+
+
+def _forward(params, X):
+    W1, b1, W2, b2, W3, b3, W4, b4 = (np.asarray(p, np.float64) for p in params)
+    X = np.asarray(X, np.float64)
+    c1 = _conv(X, W1, b1); a1 = np.maximum(c1, 0); h1 = _avgpool(a1)
+    c2 = _conv(h1, W2, b2); a2 = np.maximum(c2, 0); h2 = _avgpool(a2)
+    f = h2.reshape(len(X), -1)
+    z3 = f @ W3 + b3; h3 = np.maximum(z3, 0)
+    logits = h3 @ W4 + b4
+    return logits, (X, c1, a1, h1, c2, a2, h2, f, z3, h3)
+
+
+def cross_entropy(logits, y):
+    """Per-example softmax cross-entropy, computed stably."""
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return -logp[np.arange(len(y)), y]
+
+
+def loss_and_grads(params, X, y):
+    """Summed cross-entropy over the batch, the logits, and the gradient of the sum
+    with respect to every parameter (float64)."""
+    W1, b1, W2, b2, W3, b3, W4, b4 = (np.asarray(p, np.float64) for p in params)
+    logits, (X, c1, a1, h1, c2, a2, h2, f, z3, h3) = _forward(params, X)
+    loss = cross_entropy(logits, y).sum()
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    dlogits = p / p.sum(axis=1, keepdims=True)
+    dlogits[np.arange(len(y)), y] -= 1.0
+    dW4 = h3.T @ dlogits; db4 = dlogits.sum(0)
+    dz3 = (dlogits @ W4.T) * (z3 > 0)
+    dW3 = f.T @ dz3; db3 = dz3.sum(0)
+    dh2 = (dz3 @ W3.T).reshape(h2.shape)
+    dc2 = _avgpool_backward(a2.shape, dh2) * (c2 > 0)
+    dh1, dW2, db2 = _conv_backward(h1, W2, dc2, need_dx=True)
+    dc1 = _avgpool_backward(a1.shape, dh1) * (c1 > 0)
+    _, dW1, db1 = _conv_backward(X, W1, dc1, need_dx=False)
+    return loss, logits, [dW1, db1, dW2, db2, dW3, db3, dW4, db4]
+
+
+def sgd_steps(params, batches, lr):
+    """The reference training: SGD on the summed loss divided by the batch size.
+    Returns the mean loss of every step and the final parameters."""
+    params = [np.asarray(p, np.float64).copy() for p in params]
+    losses = []
+    for X, y in batches:
+        loss, _, grads = loss_and_grads(params, X, y)
+        losses.append(loss / len(y))
+        for p, g in zip(params, grads):
+            p -= lr * g / len(y)
+    return np.array(losses), params

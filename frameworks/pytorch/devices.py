@@ -1,0 +1,50 @@
+"""The device API: neutral names <-> torch.device."""
+import numpy as np
+import torch
+
+from common import devices as dev
+
+
+def torch_device(device: str) -> torch.device:
+    kind, i = dev.parse(device)
+    return torch.device("cpu") if kind == "cpu" else torch.device("cuda", i)
+
+
+class Devices:
+    distinct_cpu_devices = False   # one CPU device: replicas share it
+
+    def setup(self, cpu_devices=1, threads=None):
+        if threads:
+            torch.set_num_threads(threads)
+
+    def version(self):
+        return torch.__version__
+
+    def num_gpus(self):
+        return torch.cuda.device_count()
+
+    def array(self, value, device):
+        return torch.tensor(np.asarray(value), device=torch_device(device))
+
+    def tensor(self, value, device):
+        return torch.from_numpy(np.ascontiguousarray(value)).to(torch_device(device))
+
+    def to_device(self, x, device):
+        d = torch_device(device)
+        return x if x.device == d else x.to(d)
+
+    def device_of(self, x):
+        return "cpu:0" if x.device.type == "cpu" else dev.name("gpu", x.device.index)
+
+    def to_numpy(self, x):
+        return x.detach().cpu().numpy()
+
+    def synchronize(self):
+        for i in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(i)
+
+    def peak_memory_mb(self):
+        if not torch.cuda.is_available():
+            return None
+        return max(torch.cuda.max_memory_allocated(i)
+                   for i in range(torch.cuda.device_count())) / 2**20
