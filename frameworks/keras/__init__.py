@@ -1,0 +1,20 @@
+"""Keras 3 (TensorFlow backend) on the common contract."""
+import os
+
+# This package drives Keras through TensorFlow's distribution strategies, so it
+# needs the TensorFlow backend, whatever the user's default is.
+os.environ["KERAS_BACKEND"] = "tensorflow"
+
+from common.contract import Backend  # noqa: E402
+
+from .devices import Devices  # noqa: E402
+from .lenet import LeNet  # noqa: E402
+from .native import Native  # noqa: E402
+from .scratch import Scratch  # noqa: E402
+
+
+class KerasBackend(Devices, LeNet, Scratch, Native, Backend):
+    name = "keras"
+
+
+BACKEND = KerasBackend()

@@ -1,0 +1,76 @@
+"""Native mode: model.fit under tf.distribute.MirroredStrategy, the replacement of
+the removed keras.utils.multi_gpu_model on the TensorFlow backend
+(keras.distribution.DataParallel serves only the JAX backend)."""
+import numpy as np
+import keras
+import tensorflow as tf
+
+from common.contract import Trainer
+
+from frameworks.tensorflow.devices import tf_device
+from frameworks.tensorflow.lenet import from_tf, to_tf
+
+from .lenet import keras_lenet, nhwc
+
+
+class StepLosses(keras.callbacks.Callback):
+    """Per-step losses. Keras reports the running mean of the epoch's losses, so
+    step n's own loss is n*mean_n - (n-1)*mean_(n-1) (exact to float32 rounding)."""
+
+    def __init__(self, on_step):
+        super().__init__()
+        self.on_step, self.means = on_step, []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.means.append(float(logs["loss"]))
+        self.on_step()
+
+    def losses(self):
+        m = np.array(self.means, np.float64)
+        n = np.arange(1, len(m) + 1)
+        return n * m - np.concatenate([[0.0], (n[:-1]) * m[:-1]])
+
+
+class FitTrainer(Trainer):
+    def __init__(self, params, devices, lr):
+        self.devices = [tf_device(d) for d in devices]
+        self.strategy = (tf.distribute.MirroredStrategy(self.devices) if len(devices) > 1
+                         else tf.distribute.OneDeviceStrategy(self.devices[0]))
+        with self.strategy.scope():
+            self.model = keras_lenet(params)
+            self.model.compile(
+                optimizer=keras.optimizers.SGD(learning_rate=lr),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                jit_compile=False)   # XLA would change the float32 results
+
+    def step(self, X, y):
+        return self.train_epoch(X, y, np.arange(len(X))[None], lambda: None)[0]
+
+    def train_epoch(self, X, y, order, on_step):
+        idx = order.ravel()
+        cb = StepLosses(on_step)
+        self.model.fit(nhwc(X[idx]), y[idx], batch_size=order.shape[1], epochs=1,
+                       shuffle=False, verbose=0, callbacks=[cb])
+        return list(cb.losses())
+
+    def losses(self, handles):
+        return np.asarray(handles, np.float64)
+
+    def predict(self, X):
+        return self.model.predict(nhwc(X), batch_size=1000, verbose=0).argmax(axis=1)
+
+    def replica_params(self):
+        per_var = [self.strategy.experimental_local_results(v.value) for v in self.model.weights]
+        return [from_tf([vals[i].numpy() for vals in per_var]) for i in range(len(self.devices))]
+
+    def load_params(self, params):
+        self.model.set_weights(to_tf(params))
+
+
+class Native:
+    native_uses_processes = False
+    native_description = ("model.fit under tf.distribute.MirroredStrategy "
+                          "(keras.distribution.DataParallel needs the JAX backend)")
+
+    def native_trainer(self, params, devices, lr, rank=0, world=1):
+        return FitTrainer(params, devices, lr)

@@ -1,0 +1,14 @@
+"""Keras has no from-scratch data-parallel loop of its own (see KNOWN_GAPS): every
+scratch entry point says so, and the tests check that it still does."""
+from common.contract import NotApplicable
+from common.registry import KNOWN_GAPS
+
+REASON = KNOWN_GAPS[("keras", "scratch")]
+
+
+class Scratch:
+    def _gap(self, *args, **kwargs):
+        raise NotApplicable(REASON)
+
+    get_params = read_params = write_params = allreduce = split_batch = train_batch = _gap
+    scratch_trainer = _gap

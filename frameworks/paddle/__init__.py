@@ -1,0 +1,16 @@
+"""PaddlePaddle on the common contract. Never import it in a process that has
+imported TensorFlow: that crashes (see DESIGN); the suite runs each framework
+in its own process."""
+from common.contract import Backend
+
+from .devices import Devices
+from .lenet import LeNet
+from .native import Native
+from .scratch import Scratch
+
+
+class PaddleBackend(Devices, LeNet, Scratch, Native, Backend):
+    name = "paddle"
+
+
+BACKEND = PaddleBackend()

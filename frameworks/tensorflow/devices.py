@@ -1,0 +1,70 @@
+"""The device API: neutral names <-> "/CPU:i", "/GPU:i". Several CPU devices are
+logical devices, configured in `setup` before TensorFlow initialises."""
+import numpy as np
+import tensorflow as tf
+
+from common import devices as dev
+
+
+def tf_device(device: str) -> str:
+    kind, i = dev.parse(device)
+    return f"/{kind.upper()}:{i}"
+
+
+class Devices:
+    distinct_cpu_devices = True   # logical CPU devices
+
+    def setup(self, cpu_devices=1, threads=None):
+        if threads:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        for gpu in tf.config.list_physical_devices("GPU"):
+            tf.config.experimental.set_memory_growth(gpu, True)
+        if cpu_devices > 1:
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_devices)
+
+    def version(self):
+        return tf.__version__
+
+    def num_gpus(self):
+        return len(tf.config.list_physical_devices("GPU"))
+
+    def devices(self, n):
+        names = super().devices(n)
+        have = len(tf.config.list_logical_devices("CPU"))
+        if names[0].startswith("cpu") and n > have:
+            raise ValueError(f"{n} CPU devices asked for but TensorFlow has {have}; "
+                             f"call setup(cpu_devices={n}) before anything else")
+        return names
+
+    def array(self, value, device):
+        with tf.device(tf_device(device)):
+            return tf.Variable(np.asarray(value))
+
+    def tensor(self, value, device):
+        with tf.device(tf_device(device)):
+            return tf.identity(tf.convert_to_tensor(np.asarray(value)))
+
+    def to_device(self, x, device):
+        if self.device_of(x) == device:
+            return x
+        with tf.device(tf_device(device)):
+            return tf.identity(x)
+
+    def device_of(self, x):
+        spec = tf.DeviceSpec.from_string(x.device)
+        return dev.name(spec.device_type.lower(), spec.device_index or 0)
+
+    def to_numpy(self, x):
+        return x.numpy()
+
+    def synchronize(self):
+        tf.test.experimental.sync_devices()
+
+    def peak_memory_mb(self):
+        gpus = tf.config.list_logical_devices("GPU")
+        if not gpus:
+            return None
+        return max(tf.config.experimental.get_memory_info(g.name)["peak"] for g in gpus) / 2**20

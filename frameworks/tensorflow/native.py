@@ -1,0 +1,71 @@
+"""Native mode: tf.distribute.MirroredStrategy with a custom training loop
+(strategy.run, strategy.reduce) compiled with tf.function."""
+import numpy as np
+import tensorflow as tf
+
+from common.contract import Trainer
+from common.data import shard_bounds
+from common.scratch import predict_in_batches
+
+from .devices import tf_device
+from .lenet import from_tf, lenet, loss_sum, to_tf
+
+
+class MirroredTrainer(Trainer):
+    def __init__(self, params, devices, lr):
+        self.devices = [tf_device(d) for d in devices]
+        self.strategy = tf.distribute.MirroredStrategy(self.devices)
+        with self.strategy.scope():
+            # SUM: an update made in a replica is all-reduced by the strategy, so the
+            # sum of the shards' updates is applied once to every copy.
+            self.vars = [tf.Variable(p, aggregation=tf.VariableAggregation.SUM)
+                         for p in to_tf(params)]
+        self.lr = lr
+        self._step = tf.function(self._distributed_step)
+        self._logits = tf.function(lambda X: lenet(X, self.vars))
+
+    def _replica_step(self, X, y, batch):
+        with tf.GradientTape() as tape:
+            loss = loss_sum(lenet(X, self.vars), y)
+        for v, g in zip(self.vars, tape.gradient(loss, self.vars)):
+            v.assign_sub(self.lr * g / batch)
+        return loss
+
+    def _distributed_step(self, X, y, batch):
+        per_replica = self.strategy.run(self._replica_step, args=(X, y, batch))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None) / batch
+
+    def step(self, X, y):
+        bounds = shard_bounds(len(X), len(self.devices))
+
+        def shard(source, dtype):
+            def value_fn(ctx):
+                lo, hi = bounds[ctx.replica_id_in_sync_group]
+                return tf.constant(source[lo:hi], dtype)
+            return self.strategy.experimental_distribute_values_from_function(value_fn)
+
+        return self._step(shard(X, tf.float32), shard(y, tf.int64), tf.constant(len(X), tf.float32))
+
+    def losses(self, handles):
+        return np.array([h.numpy() for h in handles])
+
+    def predict(self, X):
+        with tf.device(self.devices[0]):
+            return predict_in_batches(lambda x: self._logits(tf.constant(x)).numpy(), X)
+
+    def replica_params(self):
+        per_var = [self.strategy.experimental_local_results(v) for v in self.vars]
+        return [from_tf([vals[i].numpy() for vals in per_var]) for i in range(len(self.devices))]
+
+    def load_params(self, params):
+        for v, p in zip(self.vars, to_tf(params)):
+            v.assign(p)
+
+
+class Native:
+    native_uses_processes = False
+    native_description = ("tf.distribute.MirroredStrategy, custom loop with strategy.run and "
+                          "strategy.reduce in a tf.function")
+
+    def native_trainer(self, params, devices, lr, rank=0, world=1):
+        return MirroredTrainer(params, devices, lr)
