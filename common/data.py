@@ -182,3 +182,11 @@ def shard_bounds(batch: int, parts: int) -> list[tuple[int, int]]:
     """How a batch is cut into `parts` contiguous shards (sizes differ by at most one)."""
     edges = np.cumsum([0] + [batch // parts + (i < batch % parts) for i in range(parts)])
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def train_size(name: str, data_dir: str | None = None, seed: int = 0) -> int:
+    """Number of training images, without loading the images (for progress totals)."""
+    if name == "synthetic":
+        return len(synthetic(seed).y_train)
+    d = locate_fashion_mnist(data_dir)
+    return len(read_idx(_find(d, FILES["train_labels"][0])))

@@ -1,0 +1,213 @@
+"""Compare the frameworks side by side: `python -m benchmarks.compare --framework all`.
+
+Each (framework, mode, device count) runs in a worker process of its own
+(benchmarks.worker); a crash or time-out there is recorded in that run's record
+and the others go on. Results: one JSON record per run, report.md and plots in
+--out; a table on the terminal (on stderr with --json, which keeps stdout for
+the JSON list of records)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from common import data, registry, report
+from common.results import RunConfig, env_info, new_record, record_filename, write_atomic
+
+from .worker import QUIET_ENV, thread_env
+
+ROOT = Path(__file__).resolve().parent.parent
+MODES = ("scratch", "native")
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):            # one line, exit code 2
+        raise UsageError(message)
+
+
+def _positive(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return v
+
+
+def _device_counts(text):
+    try:
+        counts = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--devices takes device counts like 1,2; got {text!r}") from None
+    if not counts or counts[0] < 1:
+        raise argparse.ArgumentTypeError(f"device counts must be 1 or more; got {text!r}")
+    return counts
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="python -m benchmarks.compare", description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--framework", default="all",
+                   help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}")
+    p.add_argument("--mode", default="all", choices=(*MODES, "all"),
+                   help="scratch: the chapter's hand-written data parallelism; "
+                        "native: the framework's own")
+    p.add_argument("--devices", type=_device_counts, default=None,
+                   help="device counts to run, e.g. 1,2 (default: 1 and every GPU; "
+                        "1 and 2 virtual CPU devices without GPUs)")
+    p.add_argument("--epochs", type=_positive, default=1)
+    p.add_argument("--batch-size", type=_positive, default=256)
+    p.add_argument("--lr", type=float, default=0.2)
+    p.add_argument("--dataset", default="fashion-mnist", choices=("fashion-mnist", "synthetic"))
+    p.add_argument("--data-dir", default=None, help="folder with the four Fashion-MNIST IDX files")
+    p.add_argument("--steps-per-epoch", type=_positive, default=None,
+                   help="cap on steps per epoch, for quick runs")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=_positive, default=os.cpu_count() or 1,
+                   help="CPU threads per run (split between the processes of a multi-process run)")
+    p.add_argument("--timeout", type=_positive, default=3600, help="seconds allowed per run")
+    p.add_argument("--out", default=None, help="results folder (default: results/<time>)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--json", action="store_true",
+                   help="print the JSON list of run records on stdout, and nothing else there")
+    return p
+
+
+def gpu_count() -> int:
+    """GPUs on this machine, asked of the driver (importing no framework)."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def resolve(args) -> tuple[list[str], list[str], list[int]]:
+    """Validate the arguments that argparse cannot; raise UsageError with the fix."""
+    if args.framework == "all":
+        frameworks = list(registry.NAMES)
+    else:
+        frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]
+        for f in frameworks:
+            try:
+                registry.check_name(f)
+            except registry.UnknownFramework as e:
+                raise UsageError(f"{e} (or all)") from None
+    modes = list(MODES) if args.mode == "all" else [args.mode]
+    gpus = gpu_count()
+    counts = args.devices or (sorted({1, gpus}) if gpus else [1, 2])
+    if args.batch_size < max(counts):
+        raise UsageError(f"--batch-size {args.batch_size} is smaller than {max(counts)} devices: "
+                         "every device needs at least one example; raise --batch-size")
+    if args.data_dir is not None and not Path(args.data_dir).is_dir():
+        raise UsageError(f"--data-dir {args.data_dir} does not exist; give the folder holding "
+                         "the Fashion-MNIST IDX files")
+    if args.dataset == "fashion-mnist":
+        try:
+            data.locate_fashion_mnist(args.data_dir)
+        except data.DataError as e:
+            raise UsageError(str(e)) from None
+    return frameworks, modes, counts
+
+
+def _worker(cfg: RunConfig, out_path: Path, log_path: Path, timeout: int, advance) -> dict:
+    """Run one configuration in its own process; always returns a record."""
+    env = {**os.environ, **QUIET_ENV, **thread_env(cfg.threads)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    out_path.unlink(missing_ok=True)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "benchmarks.worker",
+                                 json.dumps(cfg.to_dict()), str(out_path)],
+                                stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=ROOT)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        for line in proc.stdout:             # '@step' lines, one per training step
+            if line.startswith("@step"):
+                advance()
+        code = proc.wait()
+        timed_out = not timer.is_alive()
+        timer.cancel()
+    if out_path.exists() and not timed_out:
+        return json.loads(out_path.read_text())
+    record = new_record(cfg)
+    record["env"] = env_info()
+    tail = [l for l in log_path.read_text(errors="replace").splitlines() if l.strip()][-3:]
+    why = (f"timed out after {timeout} s" if timed_out
+           else f"worker died with exit code {code}" + (" (a crash: signal %d)" % -code if code < 0 else ""))
+    record["error"] = f"{why}; log {log_path}: " + " | ".join(tail)
+    write_atomic(out_path, record)
+    return record
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        frameworks, modes, counts = resolve(args)
+    except UsageError as e:
+        print(f"compare: error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out or ROOT / "results" / time.strftime("%Y%m%d-%H%M%S"))
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    err = Console(stderr=True)
+    shown = err if args.json else Console()
+
+    n_train = data.train_size(args.dataset, args.data_dir, args.seed)
+    steps = n_train // args.batch_size
+    steps = min(steps, args.steps_per_epoch) if args.steps_per_epoch else steps
+    runs = [RunConfig(framework=f, mode=m, devices=n, dataset=args.dataset, data_dir=args.data_dir,
+                      epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+                      threads=args.threads, steps_per_epoch=args.steps_per_epoch)
+            for f in frameworks for m in modes for n in counts]
+    records = []
+    columns = (TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("{task.fields[status]}"))
+    with Progress(*columns, console=err, transient=False) as progress:
+        for cfg in runs:
+            name = f"{cfg.framework} {cfg.mode} x{cfg.devices}"
+            task = progress.add_task(name, total=steps * cfg.epochs, status="")
+            path = out / record_filename(new_record(cfg))
+            if not registry.is_installed(cfg.framework):
+                record = new_record(cfg)
+                extra = registry.FRAMEWORKS[cfg.framework][2]
+                record.update(status="not-installed", env=env_info(),
+                              error=f"not installed: pip install -e '.[{extra}]'")
+                write_atomic(path, record)
+            else:
+                record = _worker(cfg, path, out / "logs" / (path.stem + ".log"), args.timeout,
+                                 lambda t=task: progress.advance(t))
+            progress.update(task, status=record["status"])
+            records.append(record)
+
+    rows = report.summarize(records)
+    command = "python -m benchmarks.compare " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    (out / "report.md").write_text(report.markdown_report(rows, records, command))
+    if not args.no_plots:
+        report.plots(records, out)
+    shown.print(report.table(rows, title="LeNet data-parallel training"))
+    shown.print(f"results: {out}")
+    if args.json:
+        print(json.dumps(records, indent=1))
+    return 1 if any(r["status"] == "failed" for r in records) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
