@@ -1,0 +1,81 @@
+"""Which frameworks the suite covers, and the cached runs that several tests share.
+
+A plain `pytest` covers every installed framework. Under CI (.ci/run sets
+DL_COMPARE_REQUIRE=all) every framework is required: one that cannot be imported
+fails its tests instead of being skipped."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def required() -> list[str]:
+    value = os.environ.get("DL_COMPARE_REQUIRE", "").strip()
+    return list(registry.NAMES) if value == "all" else [v for v in value.split(",") if v]
+
+
+def covered() -> list[str]:
+    names = set(registry.installed()) | set(required())
+    return [n for n in registry.NAMES if n in names]
+
+
+def subprocess_env(threads: int = 1) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TF_CPP_MIN_LOG_LEVEL": "2",
+           "GLOG_minloglevel": "2", "PYTHONWARNINGS": "ignore"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def run_python(args: list[str], timeout: int = 600, threads: int = 1) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
+                          env=subprocess_env(threads), timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def conformance(tmp_path_factory):
+    """framework -> {check: result}, each framework's checks run once, in its own process."""
+    cache = {}
+
+    def get(framework):
+        if framework not in cache:
+            if not registry.is_installed(framework):
+                pytest.fail(f"{framework} is required here but not installed "
+                            f"(pip install -e '.[{registry.FRAMEWORKS[framework][2]}]')")
+            out = tmp_path_factory.mktemp("conformance") / f"{framework}.json"
+            proc = run_python(["-m", "tests.conformance", framework, str(out)], threads=2)
+            if proc.returncode != 0 or not out.exists():
+                pytest.fail(f"{framework}: conformance process failed (exit {proc.returncode}):\n"
+                            + proc.stderr[-3000:])
+            cache[framework] = json.loads(out.read_text())
+        return cache[framework]
+    return get
+
+
+@pytest.fixture(scope="session")
+def worker_record(tmp_path_factory):
+    """(framework, mode, devices, steps) -> the record of a real worker run on
+    synthetic data, run once and shared by the tests that need it."""
+    cache = {}
+
+    def get(framework, mode, devices, steps=20, batch_size=256):
+        key = (framework, mode, devices, steps, batch_size)
+        if key not in cache:
+            if not registry.is_installed(framework):
+                pytest.fail(f"{framework} is required here but not installed")
+            out = tmp_path_factory.mktemp("runs") / f"{framework}-{mode}-{devices}.json"
+            cfg = {"framework": framework, "mode": mode, "devices": devices, "dataset": "synthetic",
+                   "epochs": 1, "steps_per_epoch": steps, "batch_size": batch_size, "threads": 2}
+            proc = run_python(["-m", "benchmarks.worker", json.dumps(cfg), str(out)], threads=2)
+            assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
+            cache[key] = json.loads(out.read_text())
+        return cache[key]
+    return get
