@@ -28,16 +28,17 @@ def covered() -> list[str]:
     return [n for n in registry.NAMES if n in names]
 
 
-def subprocess_env(threads: int = 1) -> dict:
+def subprocess_env(threads: int = 1, extra_path: str | None = None) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TF_CPP_MIN_LOG_LEVEL": "2",
            "GLOG_minloglevel": "2", "PYTHONWARNINGS": "ignore"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), extra_path, env.get("PYTHONPATH")]))
     return env
 
 
-def run_python(args: list[str], timeout: int = 600, threads: int = 1) -> subprocess.CompletedProcess:
+def run_python(args: list[str], timeout: int = 600, threads: int = 1,
+               extra_path: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
-                          env=subprocess_env(threads), timeout=timeout)
+                          env=subprocess_env(threads, extra_path), timeout=timeout)
 
 
 @pytest.fixture(scope="session")

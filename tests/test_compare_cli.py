@@ -1,0 +1,54 @@
+"""The compare command as a user meets it: bad input, a crashing framework, --json."""
+import json
+
+import pytest
+
+from common import registry
+from tests.conftest import covered, run_python
+
+BAD_INPUT = [
+    (["--framework", "caffe"], "unknown framework 'caffe'"),
+    (["--devices", "0"], "device counts must be 1 or more"),
+    (["--devices", "1,x"], "--devices takes device counts"),
+    (["--batch-size", "1", "--devices", "1,2"], "smaller than 2 devices"),
+    (["--data-dir", "/nonexistent/fashion"], "--data-dir /nonexistent/fashion does not exist"),
+    (["--epochs", "0"], "must be at least 1"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUT)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    proc = run_python(["-m", "benchmarks.compare", *args, "--dataset", "synthetic"])
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert proc.stdout == ""
+
+
+def test_a_crashing_framework_leaves_the_others_intact(tmp_path):
+    # Two frameworks with separate libraries; the first one's library is replaced,
+    # in the workers only, by a module that aborts the process as it is imported.
+    pair = [f for f in covered() if f != "keras"][:2]
+    if len(pair) < 2:
+        pytest.skip("needs two installed frameworks")
+    crashing, surviving = pair
+    fake = tmp_path / "fake"
+    (fake / registry.FRAMEWORKS[crashing][1]).mkdir(parents=True)
+    (fake / registry.FRAMEWORKS[crashing][1] / "__init__.py").write_text(
+        "import os\nos.abort()\n")
+    out = tmp_path / "out"
+    proc = run_python(["-m", "benchmarks.compare", "--framework", f"{crashing},{surviving}",
+                       "--mode", "scratch", "--devices", "1", "--dataset", "synthetic",
+                       "--steps-per-epoch", "3", "--out", str(out), "--json", "--no-plots"],
+                      extra_path=str(fake))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    records = json.loads(proc.stdout)               # stdout holds the JSON and nothing else
+    by_name = {r["framework"]: r for r in records}
+    assert by_name[crashing]["status"] == "failed"
+    assert "signal" in by_name[crashing]["error"]
+    assert by_name[surviving]["status"] == "ok", by_name[surviving]["error"]
+    assert len(by_name[surviving]["step_losses"]) == 3
+    on_disk = {json.loads(p.read_text())["framework"] for p in out.glob("*dev.json")}
+    assert on_disk == {crashing, surviving}
+    report = (out / "report.md").read_text()
+    assert crashing in report and surviving in report and "failed" in report

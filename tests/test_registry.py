@@ -1,0 +1,36 @@
+import sys
+
+import pytest
+
+from common import registry
+from tests.conftest import run_python
+
+
+def test_importing_common_and_benchmarks_imports_no_framework():
+    code = ("import sys, common, common.contract, common.data, common.lenet, common.registry, "
+            "common.report, common.results, common.scratch, common.training, "
+            "benchmarks.compare, benchmarks.worker\n"
+            "common.registry.installed()\n"
+            "loaded = [m for m in ('torch', 'tensorflow', 'mxnet', 'paddle', 'keras', 'jax') "
+            "if m in sys.modules]\n"
+            "assert not loaded, loaded\n")
+    proc = run_python(["-c", code])
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_unknown_name_lists_the_valid_ones():
+    with pytest.raises(registry.UnknownFramework) as e:
+        registry.get("caffe")
+    for name in registry.NAMES:
+        assert name in str(e.value)
+
+
+def test_known_but_missing_names_the_pip_extra(monkeypatch):
+    monkeypatch.setattr(registry, "is_installed", lambda name: False)
+    with pytest.raises(registry.NotInstalled, match=r"pip install -e '\.\[paddle\]'"):
+        registry.get("paddle")
+
+
+def test_every_known_gap_names_a_framework_and_mode():
+    for (framework, mode), reason in registry.KNOWN_GAPS.items():
+        assert framework in registry.NAMES and mode in ("scratch", "native") and reason
