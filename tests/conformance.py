@@ -163,6 +163,32 @@ def two_devices_equal_one(b):
 
 
 @check
+def native_trainer_matches_oracle(b):
+    """The native trainer in this process (2 devices where the framework runs them in
+    one process, else 1): its replicas agree and its steps equal the oracle's; its
+    load_params resets every replica."""
+    n = 1 if b.native_uses_processes else 2
+    params = _nontrivial_params()
+    trainer = b.native_trainer(params, b.devices(n), 0.2)
+    batches = [_batch(64, seed=s) for s in range(2)]
+    want_losses, want_params = lenet.sgd_steps(params, batches, lr=0.2)
+    handles = [trainer.step(X, y) for X, y in batches]
+    _close("native step losses vs the NumPy oracle", trainer.losses(handles), want_losses, rtol=1e-5)
+    replicas = trainer.replica_params()
+    assert len(replicas) == n, f"{len(replicas)} replicas for {n} devices"
+    for name, *copies in zip(lenet.PARAM_NAMES, *replicas):
+        for c in copies[1:]:
+            np.testing.assert_array_equal(copies[0], c, err_msg=f"replicas differ in {name}")
+    for name, p, w in zip(lenet.PARAM_NAMES, replicas[0], want_params):
+        _close(f"native {name} after 2 steps vs the NumPy oracle", p, w, rtol=1e-4)
+    trainer.load_params(params)
+    for replica in trainer.replica_params():
+        for name, p, w in zip(lenet.PARAM_NAMES, replica, params):
+            np.testing.assert_array_equal(p, w, err_msg=f"load_params did not reset {name}")
+    assert trainer.predict(batches[0][0]).shape == (64,)
+
+
+@check
 def known_gaps_still_gaps(b):
     """A listed gap must still be one; an unlisted mode must not raise NotApplicable."""
     if _scratch(b):

@@ -8,7 +8,8 @@ import tensorflow as tf
 from common.contract import Trainer
 
 from frameworks.tensorflow.devices import tf_device
-from frameworks.tensorflow.lenet import from_tf, to_tf
+from frameworks.tensorflow.lenet import to_tf
+from frameworks.tensorflow.native import mirrored_params
 
 from .lenet import keras_lenet, nhwc
 
@@ -60,8 +61,8 @@ class FitTrainer(Trainer):
         return self.model.predict(nhwc(X), batch_size=1000, verbose=0).argmax(axis=1)
 
     def replica_params(self):
-        per_var = [self.strategy.experimental_local_results(v.value) for v in self.model.weights]
-        return [from_tf([vals[i].numpy() for vals in per_var]) for i in range(len(self.devices))]
+        return mirrored_params(self.strategy, [v.value for v in self.model.weights],
+                               len(self.devices))
 
     def load_params(self, params):
         self.model.set_weights(to_tf(params))

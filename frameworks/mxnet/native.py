@@ -49,7 +49,7 @@ class GluonTrainer(Trainer):
         return nd.add_n(*[l.as_in_context(self.ctxs[0]) for l in ls]) / len(X)
 
     def losses(self, handles):
-        return nd.stack(*handles).asnumpy() if handles else np.zeros(0)
+        return nd.concat(*handles, dim=0).asnumpy() if handles else np.zeros(0)
 
     def predict(self, X):
         return predict_in_batches(

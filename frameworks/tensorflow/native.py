@@ -11,6 +11,12 @@ from .devices import tf_device
 from .lenet import from_tf, lenet, loss_sum, to_tf
 
 
+def mirrored_params(strategy, variables, replicas):
+    """Each replica's copy of mirrored variables, in the common layout."""
+    per_var = [strategy.experimental_local_results(v) for v in variables]
+    return [from_tf([vals[i].numpy() for vals in per_var]) for i in range(replicas)]
+
+
 class MirroredTrainer(Trainer):
     def __init__(self, params, devices, lr):
         self.devices = [tf_device(d) for d in devices]
@@ -54,8 +60,7 @@ class MirroredTrainer(Trainer):
             return predict_in_batches(lambda x: self._logits(tf.constant(x)).numpy(), X)
 
     def replica_params(self):
-        per_var = [self.strategy.experimental_local_results(v) for v in self.vars]
-        return [from_tf([vals[i].numpy() for vals in per_var]) for i in range(len(self.devices))]
+        return mirrored_params(self.strategy, self.vars, len(self.devices))
 
     def load_params(self, params):
         for v, p in zip(self.vars, to_tf(params)):
