@@ -14,13 +14,13 @@ from common.data import shard_bounds
 from common.scratch import predict_in_batches
 
 from .devices import torch_device
-from .lenet import lenet, loss_sum
+from .lenet import lenet, loss_sum, to_layout
 
 
 class LeNetModule(nn.Module):
     def __init__(self, params):
         super().__init__()
-        self.params = nn.ParameterList([nn.Parameter(torch.tensor(p)) for p in params])
+        self.params = nn.ParameterList([nn.Parameter(to_layout(torch.tensor(p))) for p in params])
 
     def forward(self, X):
         return lenet(X, list(self.params))

@@ -3,13 +3,13 @@ import torch
 from torch import nn
 
 from .devices import torch_device
-from .lenet import lenet, loss_sum
+from .lenet import lenet, loss_sum, to_layout
 
 
 class Scratch:
     def get_params(self, params, device):
         d = torch_device(device)
-        return [torch.tensor(p, device=d).requires_grad_() for p in params]
+        return [to_layout(torch.tensor(p, device=d)).requires_grad_() for p in params]
 
     def read_params(self, replica):
         return [p.detach().cpu().numpy().copy() for p in replica]
