@@ -1,0 +1,1 @@
+"""Entry points: compare (the side-by-side table), worker (one run), vs_d2l."""

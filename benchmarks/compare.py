@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -136,8 +137,10 @@ def _worker(cfg: RunConfig, out_path: Path, log_path: Path, timeout: int, advanc
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "benchmarks.worker",
                                  json.dumps(cfg.to_dict()), str(out_path)],
-                                stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=ROOT)
-        timer = threading.Timer(timeout, proc.kill)
+                                stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=ROOT,
+                                start_new_session=True)
+        # on time-out, kill the whole session: a multi-process run's ranks too
+        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
         timer.start()
         for line in proc.stdout:             # '@step' lines, one per training step
             if line.startswith("@step"):

@@ -1,0 +1,1 @@
+"""Everything that is the same for every framework; importing it imports none."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import shutil
 import tempfile
 import urllib.request
 from dataclasses import dataclass

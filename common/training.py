@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import statistics
 import sys
 import tempfile
 import time
