@@ -10,7 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-COLUMNS = ("framework", "mode", "devices", "status", "test acc", "sec/epoch", "samples/s",
+COLUMNS = ("framework", "mode", "devices", "status", "test acc", "train loss", "sec/epoch", "samples/s",
            "speed-up", "efficiency", "peak MB", "note")
 
 
@@ -30,7 +30,8 @@ def summarize(records: list[dict]) -> list[dict]:
         speedup = one / sec if (sec and one) else None
         rows.append({
             "framework": r["framework"], "mode": r["mode"], "devices": r["devices"],
-            "status": r["status"], "test acc": r.get("test_accuracy"), "sec/epoch": sec,
+            "status": r["status"], "test acc": r.get("test_accuracy"),
+            "train loss": r["train_loss"][-1] if r.get("train_loss") else None, "sec/epoch": sec,
             "samples/s": r.get("samples_per_sec"), "speed-up": speedup,
             "efficiency": speedup / r["devices"] if speedup else None,
             "peak MB": r.get("peak_memory_mb"),
@@ -42,7 +43,7 @@ def summarize(records: list[dict]) -> list[dict]:
 def _fmt(key, value):
     if value is None:
         return "-"
-    if key == "test acc":
+    if key in ("test acc", "train loss"):
         return f"{value:.4f}"
     if key in ("sec/epoch", "speed-up", "efficiency"):
         return f"{value:.2f}"
@@ -80,7 +81,7 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
         f"lr {cfg.get('lr')}, seed {cfg.get('seed')}, {cfg.get('threads')} threads per run.", "",
         "sec/epoch is the median over epochs, timed with the device synchronised; warm-up "
         "is excluded (in each record as warmup_sec). Speed-up and efficiency are against the "
-        "same framework and mode on 1 device. Peak memory is the device allocator's peak on "
+        "same framework and mode on 1 device. Train loss is the last epoch's mean. Peak memory is the device allocator's peak on "
         "GPUs, else the process's maximum resident set.", "",
         buf.getvalue().strip(), ""])
 

@@ -140,6 +140,7 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
             peak = backend.peak_memory_mb()
         record.update(result)
         record["device_kind"] = record["device_names"][0].split(":")[0]
+        record["processes"] = cfg.devices if multiprocess else 1
         record["native_mechanism"] = backend.native_description if cfg.mode == "native" else None
         record["peak_memory_mb"] = peak if peak is not None else _max_rss_mb()
         record["peak_memory_source"] = "device allocator" if peak is not None else "process max RSS"
