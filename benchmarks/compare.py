@@ -22,9 +22,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from common import data, registry, report
+from common import data, registry
 from common.results import RunConfig, env_info, new_record, record_filename, write_atomic
 
+from .report import render
 from .worker import QUIET_ENV, thread_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,7 +172,8 @@ def main(argv=None) -> int:
     out = Path(args.out or ROOT / "results" / time.strftime("%Y%m%d-%H%M%S"))
     (out / "logs").mkdir(parents=True, exist_ok=True)
     err = Console(stderr=True)
-    shown = err if args.json else Console()
+    # a log file or pipe gets a width that fits the table, not rich's 80 columns
+    shown = err if args.json else Console(width=None if sys.stdout.isatty() else 140)
 
     n_train = data.train_size(args.dataset, args.data_dir, args.seed)
     steps = n_train // args.batch_size
@@ -198,15 +200,12 @@ def main(argv=None) -> int:
                 record = _worker(cfg, path, out / "logs" / (path.stem + ".log"), args.timeout,
                                  lambda t=task: progress.advance(t))
             progress.update(task, status=record["status"])
+            progress.stop_task(task)
             records.append(record)
 
-    rows = report.summarize(records)
-    command = "python -m benchmarks.compare " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    (out / "report.md").write_text(report.markdown_report(rows, records, command))
-    if not args.no_plots:
-        report.plots(records, out)
-    shown.print(report.table(rows, title="LeNet data-parallel training"))
-    shown.print(f"results: {out}")
+    command = "python -m benchmarks.compare " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    render(out, command, shown, plots=not args.no_plots, records=records)
     if args.json:
         print(json.dumps(records, indent=1))
     return 1 if any(r["status"] == "failed" for r in records) else 0

@@ -14,6 +14,11 @@ COLUMNS = ("framework", "mode", "devices", "status", "test acc", "train loss", "
            "speed-up", "efficiency", "peak MB", "note")
 
 
+SHORT = {"devices": "dev", "test acc": "test\nacc", "train loss": "train\nloss",
+         "sec/epoch": "sec/\nepoch", "samples/s": "img/s", "speed-up": "speed\n-up",
+         "efficiency": "eff.", "peak MB": "peak\nMB"}
+
+
 def _median(xs):
     return statistics.median(xs) if xs else None
 
@@ -53,16 +58,31 @@ def _fmt(key, value):
 
 
 def table(rows: list[dict], title: str | None = None, markdown: bool = False) -> Table:
-    t = Table(title=title, box=box.MARKDOWN if markdown else box.SIMPLE_HEAVY)
-    for c in COLUMNS:
-        if c == "note":
-            t.add_column(c, overflow="fold", ratio=1, min_width=20)
-        else:
-            t.add_column(c, justify="left" if c in ("framework", "mode", "status") else "right",
-                         no_wrap=True)
-    for row in rows:
-        t.add_row(*(_fmt(c, row[c]) for c in COLUMNS))
+    """The summary table; on a terminal the notes go below it (see notes())."""
+    columns = COLUMNS if markdown else COLUMNS[:-1]
+    t = (Table(title=title, box=box.MARKDOWN) if markdown else
+         Table(title=title, box=box.SIMPLE_HEAD, padding=0, pad_edge=False,
+               show_edge=False))
+    cells = [[_fmt(c, row[c]) for c in columns] for row in rows]
+    for i, c in enumerate(columns):
+        # short two-line headers and no padding keep the terminal table within 80 columns
+        header = c if markdown else SHORT.get(c, c)
+        width = max([len(line) for line in header.splitlines()] + [len(r[i]) for r in cells])
+        t.add_column(header, justify="left" if c in ("framework", "mode", "status", "note") else "right",
+                     no_wrap=c != "note", min_width=None if c == "note" else width)
+    for r in cells:
+        t.add_row(*r)
     return t
+
+
+def notes(rows: list[dict]) -> list[str]:
+    """One line per distinct note, naming the rows it belongs to."""
+    by_note: dict[str, list[str]] = {}
+    for row in rows:
+        if row["note"]:
+            by_note.setdefault(row["note"], []).append(
+                f"{row['framework']} {row['mode']} x{row['devices']}")
+    return [f"{', '.join(names)}: {note}" for note, names in by_note.items()]
 
 
 def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
@@ -107,13 +127,23 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
     fig.savefig(written[-1], dpi=120)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for r in ok:
-        ax.plot(r["step_losses"], label=f"{r['framework']} {r['mode']} x{r['devices']}", lw=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss (batch mean)")
-    ax.set_title("First steps: the frameworks should agree")
-    ax.legend(fontsize=6, ncol=2)
+    import numpy as np
+    n = min(len(r["step_losses"]) for r in ok)
+    losses = np.array([r["step_losses"][:n] for r in ok])
+    median = np.median(losses, axis=0)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    colours = {f: plt.cm.tab10(i) for i, f in enumerate(dict.fromkeys(r["framework"] for r in ok))}
+    for r, row in zip(ok, losses):
+        style = dict(color=colours[r["framework"]], lw=1,
+                     ls="-" if r["mode"] == "scratch" else "--", marker="." if r["devices"] > 1 else None)
+        label = f"{r['framework']} {r['mode']} x{r['devices']}"
+        top.plot(row, label=label, **style)
+        bottom.plot(row - median, **style)
+    top.set_ylabel("loss (batch mean)")
+    top.set_title("First steps, same weights and batches: the frameworks should agree")
+    top.legend(fontsize=6, ncol=3)
+    bottom.set_ylabel("minus the median of all runs")
+    bottom.set_xlabel("step")
     fig.tight_layout()
     written.append(out_dir / "step_losses.png")
     fig.savefig(written[-1], dpi=120)

@@ -107,6 +107,11 @@ def record_filename(record: dict) -> str:
 
 
 def load_records(directory: str | os.PathLike) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(Path(directory).glob("*dev.json"))]
+    """Every record in a results folder, in the order compare runs them."""
+    from .registry import NAMES
+    records = [json.loads(p.read_text()) for p in Path(directory).glob("*dev.json")]
+    order = {n: i for i, n in enumerate(NAMES)}
+    return sorted(records, key=lambda r: (order.get(r["framework"], len(order)),
+                                          r["mode"] != "scratch", r["devices"]))
 
 

@@ -52,3 +52,20 @@ def test_a_crashing_framework_leaves_the_others_intact(tmp_path):
     assert on_disk == {crashing, surviving}
     report = (out / "report.md").read_text()
     assert crashing in report and surviving in report and "failed" in report
+
+
+def test_report_renders_a_results_folder_again(tmp_path):
+    proc = run_python(["-m", "benchmarks.compare", "--framework", covered()[0], "--mode", "scratch",
+                       "--devices", "1", "--dataset", "synthetic", "--steps-per-epoch", "2",
+                       "--out", str(tmp_path), "--no-plots"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first = (tmp_path / "report.md").read_text()
+    (tmp_path / "report.md").unlink()
+    again = run_python(["-m", "benchmarks.report", str(tmp_path), "--no-plots"])
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "report.md").read_text() == first
+
+
+def test_report_of_an_empty_folder_is_exit_2(tmp_path):
+    proc = run_python(["-m", "benchmarks.report", str(tmp_path)])
+    assert proc.returncode == 2 and "no run records" in proc.stderr

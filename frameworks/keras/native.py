@@ -15,21 +15,20 @@ from .lenet import keras_lenet, nhwc
 
 
 class StepLosses(keras.callbacks.Callback):
-    """Per-step losses. Keras reports the running mean of the epoch's losses, so
-    step n's own loss is n*mean_n - (n-1)*mean_(n-1) (exact to float32 rounding)."""
+    """Each step's own loss. Keras logs the running mean of the epoch's losses;
+    resetting that tracker after every step makes the next log exactly the next
+    batch's loss (the tracker weights it by the batch size: total / count)."""
 
     def __init__(self, on_step):
         super().__init__()
-        self.on_step, self.means = on_step, []
+        self.on_step, self.values = on_step, []
 
     def on_train_batch_end(self, batch, logs=None):
-        self.means.append(float(logs["loss"]))
+        self.values.append(float(logs["loss"]))
+        for metric in self.model.metrics:
+            if metric.name == "loss":
+                metric.reset_state()
         self.on_step()
-
-    def losses(self):
-        m = np.array(self.means, np.float64)
-        n = np.arange(1, len(m) + 1)
-        return n * m - np.concatenate([[0.0], (n[:-1]) * m[:-1]])
 
 
 class FitTrainer(Trainer):
@@ -52,7 +51,7 @@ class FitTrainer(Trainer):
         cb = StepLosses(on_step)
         self.model.fit(nhwc(X[idx]), y[idx], batch_size=order.shape[1], epochs=1,
                        shuffle=False, verbose=0, callbacks=[cb])
-        return list(cb.losses())
+        return cb.values
 
     def losses(self, handles):
         return np.asarray(handles, np.float64)
