@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import statistics
+
+import numpy as np
 from pathlib import Path
 
 from rich import box
@@ -122,12 +124,8 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
     ax.set_xticks(range(len(ok)), labels, fontsize=7)
     ax.set_ylabel("training samples / s")
     ax.set_title("Throughput (higher is better)")
-    fig.tight_layout()
-    written.append(out_dir / "throughput.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    written.append(_save(plt, fig, out_dir / "throughput.png"))
 
-    import numpy as np
     n = min(len(r["step_losses"]) for r in ok)
     losses = np.array([r["step_losses"][:n] for r in ok])
     median = np.median(losses, axis=0)
@@ -144,8 +142,12 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
     top.legend(fontsize=6, ncol=3)
     bottom.set_ylabel("minus the median of all runs")
     bottom.set_xlabel("step")
-    fig.tight_layout()
-    written.append(out_dir / "step_losses.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    written.append(_save(plt, fig, out_dir / "step_losses.png"))
     return written
+
+
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
