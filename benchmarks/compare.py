@@ -192,9 +192,8 @@ def main(argv=None) -> int:
             path = out / record_filename(new_record(cfg))
             if not registry.is_installed(cfg.framework):
                 record = new_record(cfg)
-                extra = registry.FRAMEWORKS[cfg.framework][2]
                 record.update(status="not-installed", env=env_info(),
-                              error=f"not installed: pip install -e '.[{extra}]'")
+                              error=f"not installed: {registry.install_hint(cfg.framework)}")
                 write_atomic(path, record)
             else:
                 record = _worker(cfg, path, out / "logs" / (path.stem + ".log"), args.timeout,

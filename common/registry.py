@@ -41,13 +41,18 @@ def installed() -> list[str]:
     return [n for n in NAMES if is_installed(n)]
 
 
+def install_hint(name: str) -> str:
+    """The command that installs a framework's extra, e.g. pip install -e '.[paddle]'."""
+    return f"pip install -e '.[{FRAMEWORKS[check_name(name)][2]}]'"
+
+
 def get(name: str):
     """Import one framework package on demand and return its backend instance."""
-    module, lib, extra = FRAMEWORKS[check_name(name)]
+    module, lib, _ = FRAMEWORKS[check_name(name)]
     if not is_installed(name):
         raise NotInstalled(
             f"framework {name!r} is not installed (needs {lib!r}); "
-            f"install it with: pip install -e '.[{extra}]'")
+            f"install it with: {install_hint(name)}")
     return importlib.import_module(module).BACKEND
 
 # Modes a framework cannot do, with the reason. Checked both ways by the tests:
