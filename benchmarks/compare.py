@@ -22,14 +22,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from common import data, registry
+from common import data, models, registry
+from common.modes import MODES
 from common.results import RunConfig, env_info, new_record, record_filename, write_atomic
 
 from .report import render
 from .worker import QUIET_ENV, thread_env
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("scratch", "native")
 
 
 class UsageError(Exception):
@@ -67,15 +67,23 @@ def build_parser() -> Parser:
                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--framework", default="all",
                    help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}")
+    p.add_argument("--model", default="lenet", choices=models.NAMES,
+                   help="the network to train (resnet18 costs about 200x LeNet per image)")
     p.add_argument("--mode", default="all", choices=(*MODES, "all"),
-                   help="scratch: the chapter's hand-written data parallelism; "
-                        "native: the framework's own")
+                   help="; ".join(f"{m.name}: {m.description}" for m in MODES.values()))
     p.add_argument("--devices", type=_device_counts, default=None,
                    help="device counts to run, e.g. 1,2 (default: 1 and every GPU; "
                         "1 and 2 virtual CPU devices without GPUs)")
     p.add_argument("--epochs", type=_positive, default=1)
-    p.add_argument("--batch-size", type=_positive, default=256)
+    p.add_argument("--batch-size", type=_positive, default=256,
+                   help="global batch, split over the devices (fixed whatever the device count)")
+    p.add_argument("--batch-per-device", type=_positive, default=None,
+                   help="weak scaling instead: the batch grows with the device count (this "
+                        "times k on k devices) and so does the learning rate (--lr times k); "
+                        "--batch-per-device 256 --lr 0.1 is the chapter's ResNet protocol")
     p.add_argument("--lr", type=float, default=0.2)
+    p.add_argument("--sync-bn", action="store_true",
+                   help="synchronised BatchNorm across replicas (native mode, models with BatchNorm)")
     p.add_argument("--dataset", default="fashion-mnist", choices=("fashion-mnist", "synthetic"))
     p.add_argument("--data-dir", default=None, help="folder with the four Fashion-MNIST IDX files")
     p.add_argument("--steps-per-epoch", type=_positive, default=None,
@@ -116,7 +124,9 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
     modes = list(MODES) if args.mode == "all" else [args.mode]
     gpus = gpu_count()
     counts = args.devices or (sorted({1, gpus}) if gpus else [1, 2])
-    if args.batch_size < max(counts):
+    if args.sync_bn and not models.get(args.model).STATE_NAMES:
+        raise UsageError(f"--sync-bn needs a model with BatchNorm; {args.model} has none")
+    if args.batch_per_device is None and args.batch_size < max(counts):
         raise UsageError(f"--batch-size {args.batch_size} is smaller than {max(counts)} devices: "
                          "every device needs at least one example; raise --batch-size")
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
@@ -130,7 +140,8 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
     return frameworks, modes, counts
 
 
-def _worker(cfg: RunConfig, out_path: Path, log_path: Path, timeout: int, advance) -> dict:
+def _worker(cfg: RunConfig, out_path: Path, log_path: Path, timeout: int, advance,
+            estimated=lambda seconds: None) -> dict:
     """Run one configuration in its own process; always returns a record."""
     env = {**os.environ, **QUIET_ENV, **thread_env(cfg.threads)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -146,6 +157,8 @@ def _worker(cfg: RunConfig, out_path: Path, log_path: Path, timeout: int, advanc
         for line in proc.stdout:             # '@step' lines, one per training step
             if line.startswith("@step"):
                 advance()
+            elif line.startswith("@estimate"):
+                estimated(float(line.split()[1]))
         code = proc.wait()
         timed_out = not timer.is_alive()
         timer.cancel()
@@ -176,11 +189,13 @@ def main(argv=None) -> int:
     shown = err if args.json else Console(width=None if sys.stdout.isatty() else 140)
 
     n_train = data.train_size(args.dataset, args.data_dir, args.seed)
-    steps = n_train // args.batch_size
-    steps = min(steps, args.steps_per_epoch) if args.steps_per_epoch else steps
-    runs = [RunConfig(framework=f, mode=m, devices=n, dataset=args.dataset, data_dir=args.data_dir,
-                      epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                      threads=args.threads, steps_per_epoch=args.steps_per_epoch)
+    weak = args.batch_per_device is not None
+    runs = [RunConfig(framework=f, mode=m, devices=n, model=args.model, dataset=args.dataset,
+                      data_dir=args.data_dir, epochs=args.epochs,
+                      batch_size=args.batch_per_device * n if weak else args.batch_size,
+                      lr=args.lr * n if weak else args.lr, batch_per_device=args.batch_per_device,
+                      sync_bn=args.sync_bn, seed=args.seed, threads=args.threads,
+                      steps_per_epoch=args.steps_per_epoch)
             for f in frameworks for m in modes for n in counts]
     records = []
     columns = (TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
@@ -188,6 +203,8 @@ def main(argv=None) -> int:
     with Progress(*columns, console=err, transient=False) as progress:
         for cfg in runs:
             name = f"{cfg.framework} {cfg.mode} x{cfg.devices}"
+            steps = n_train // cfg.batch_size
+            steps = min(steps, cfg.steps_per_epoch) if cfg.steps_per_epoch else steps
             task = progress.add_task(name, total=steps * cfg.epochs, status="")
             path = out / record_filename(new_record(cfg))
             if not registry.is_installed(cfg.framework):
@@ -196,8 +213,13 @@ def main(argv=None) -> int:
                               error=f"not installed: {registry.install_hint(cfg.framework)}")
                 write_atomic(path, record)
             else:
+                def estimated(seconds, name=name, epochs=cfg.epochs):
+                    if seconds * epochs > 60:        # worth saying before a long run
+                        progress.console.print(
+                            f"{name}: about {seconds * epochs / 60:.1f} min for {epochs} epoch(s), "
+                            "estimated from a timed warm-up step", highlight=False, markup=False)
                 record = _worker(cfg, path, out / "logs" / (path.stem + ".log"), args.timeout,
-                                 lambda t=task: progress.advance(t))
+                                 lambda t=task: progress.advance(t), estimated)
             progress.update(task, status=record["status"])
             progress.stop_task(task)
             records.append(record)

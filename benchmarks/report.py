@@ -23,7 +23,8 @@ def render(out: Path, command: str, console: Console, plots: bool = True,
     (out / "report.md").write_text(report.markdown_report(rows, records, command))
     if plots:
         report.plots(records, out)
-    console.print(report.table(rows, title="LeNet data-parallel training"))
+    model_names = ", ".join(dict.fromkeys(r["model"] for r in rows))
+    console.print(report.table(rows, title=f"{model_names}: data-parallel training"))
     for line in report.notes(rows):
         console.print(line, highlight=False)
     console.print(f"results: {out}")

@@ -4,6 +4,12 @@ A backend is instantiated at import of its package (`frameworks.<name>.BACKEND`)
 and touches no device until `setup` is called. Arrays in and out of the
 contract are the framework's own; NumPy crosses it only in `array`, `to_numpy`,
 the trainers and `forward_backward` (used by the oracle tests).
+
+A framework package has the same files as every other: devices.py (the device
+API), models.py (each model of common/models in the framework's ops),
+scratch.py (the chapter's primitives: get_params, allreduce, split_batch, and the
+per-shard step that common/scratch.py's train_batch is written on), native.py
+(the framework's own data parallelism).
 """
 from __future__ import annotations
 
@@ -12,9 +18,47 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import models as models_mod
+from . import registry
+
+EVAL_BATCH = 1000
+
 
 class NotApplicable(NotImplementedError):
     """The framework has no such thing; the message says why. Recorded as data."""
+
+
+def predict_in_batches(logits_of: Callable[[np.ndarray], Any], X: np.ndarray) -> np.ndarray:
+    """Class ids for X, evaluated EVAL_BATCH images at a time to bound memory."""
+    return np.concatenate([np.asarray(logits_of(X[i:i + EVAL_BATCH])).argmax(axis=1)
+                           for i in range(0, len(X), EVAL_BATCH)])
+
+
+class Replica(list):
+    """One device's copy of a model's parameters (the list the chapter's get_params
+    returns), with what goes with it: the model's name, the device, the model's state
+    (BatchNorm running statistics) and, where the framework keeps them apart,
+    gradient buffers."""
+
+    def __init__(self, params, model: str, device: str, state=(), grads=None):
+        super().__init__(params)
+        self.model, self.device, self.state, self.grads = model, device, list(state), grads
+
+
+class ModelOps(ABC):
+    """One model of common/models written in one framework's ops (frameworks/<fw>/models.py)."""
+
+    def to_framework(self, params: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The common layout's parameters in the framework's layout (NumPy to NumPy)."""
+        return [np.asarray(p) for p in params]
+
+    def from_framework(self, params: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(p) for p in params]
+
+    @abstractmethod
+    def apply(self, params: list, state: list, X: Any, training: bool) -> Any:
+        """Logits for images X (common NCHW layout). In training mode BatchNorm uses the
+        batch's statistics and updates `state` in place; else it uses `state`."""
 
 
 class Trainer(ABC):
@@ -42,15 +86,19 @@ class Trainer(ABC):
 
     @abstractmethod
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """Class ids predicted by the first replica."""
+        """Class ids predicted by the first replica, in evaluation mode."""
 
     @abstractmethod
     def replica_params(self) -> list[list[np.ndarray]]:
-        """Every replica's parameters in the common layout (see common.lenet)."""
+        """Every replica's parameters in the common layout (see common/models)."""
 
     @abstractmethod
-    def load_params(self, params: Sequence[np.ndarray]) -> None:
-        """Overwrite every replica's parameters (used after the warm-up)."""
+    def replica_state(self) -> list[list[np.ndarray]]:
+        """Every replica's model state (BatchNorm running statistics), common layout."""
+
+    @abstractmethod
+    def load_params(self, params: Sequence[np.ndarray], state: Sequence[np.ndarray]) -> None:
+        """Overwrite every replica's parameters and state (used after the warm-up)."""
 
 
 class Backend(ABC):
@@ -58,10 +106,12 @@ class Backend(ABC):
     # True where the framework has several distinct CPU devices in one process
     # (MXNet contexts, TensorFlow logical devices); else replicas share "cpu:0".
     distinct_cpu_devices: bool = False
-    # True where native data parallelism runs one process per device.
-    native_uses_processes: bool = False
-    # Which native mechanism the framework uses, for the record.
-    native_description: str = ""
+    # Each model in the framework's ops: {model name: ModelOps} (frameworks/<fw>/models.py)
+    models: dict[str, ModelOps] = {}
+
+    @property
+    def facts(self) -> registry.Framework:
+        return registry.facts(self.name)
 
     # --- process set-up ---
     @abstractmethod
@@ -119,54 +169,100 @@ class Backend(ABC):
         """Peak device memory where the framework reports it (GPUs); None on the CPU."""
         return None
 
-    # --- LeNet ---
+    # --- processes: started by common.launcher, joined here ---
+    def join(self, rank) -> None:
+        """Join the process group of a multi-process run (rank: common.launcher.RankInfo)."""
+        raise NotApplicable(f"{self.name} runs its native data parallelism in one process")
+
+    def leave(self) -> None:
+        """Leave the process group joined by `join`."""
+
+    def rank_device(self, rank) -> str:
+        """The device of a rank: its local rank's GPU, else the CPU."""
+        return f"gpu:{rank.local_rank}" if self.num_gpus() > rank.local_rank else "cpu:0"
+
+    # --- the models ---
+    def model_ops(self, model: str) -> ModelOps:
+        models_mod.get(model)          # an unknown name is a clear error here
+        if model not in self.models:
+            raise NotApplicable(f"{self.name} has no {model} yet (frameworks/{self.name}/models.py)")
+        return self.models[model]
+
+    def forward(self, model: str, params: Replica, X: Any, training: bool = False) -> Any:
+        """Logits of `model` with a replica's parameters and state."""
+        return self.model_ops(model).apply(list(params), params.state, X, training)
+
+    def forward_backward(self, model: str, params: Sequence[np.ndarray], X: np.ndarray,
+                         y: np.ndarray, state: Sequence[np.ndarray] | None = None
+                         ) -> tuple[np.ndarray, float, list[np.ndarray], list[np.ndarray]]:
+        """Logits, summed loss, the gradients of the sum and the state after the step,
+        in the common layout, from one training-mode pass of this framework's model on
+        its first device (the oracle tests' entry point)."""
+        device = self.devices(1)[0]
+        state = models_mod.get(model).init_state() if state is None else state
+        replica = self.get_params(params, device, model, state)
+        loss, logits = self.shard_loss_and_grads(replica, self.tensor(X, device),
+                                                 self.tensor(y, device))
+        self.synchronize()
+        grads = [self.to_numpy(g) for g in self.grads(replica)]
+        ops = self.model_ops(model)
+        return (self.to_numpy(logits), float(np.asarray(self.to_numpy(loss)).reshape(())),
+                ops.from_framework(grads), self.read_state(replica))
+
+    # --- scratch mode: the chapter's data parallelism by hand (common/scratch.py) ---
     @abstractmethod
-    def lenet(self, replica: list, X: Any) -> Any:
-        """Logits of the chapter's LeNet with the parameters of `replica`."""
+    def get_params(self, params: Sequence[np.ndarray], device: str, model: str = "lenet",
+                   state: Sequence[np.ndarray] | None = None) -> Replica:
+        """A replica of the parameters (and model state) on `device`, gradients attached."""
 
     @abstractmethod
-    def forward_backward(self, params: Sequence[np.ndarray], X: np.ndarray, y: np.ndarray
-                         ) -> tuple[np.ndarray, float, list[np.ndarray]]:
-        """Logits, summed loss and the gradients of the sum, in the common layout,
-        computed by this framework's LeNet on its first device."""
-
-    # --- scratch mode: the chapter's data parallelism by hand ---
-    @abstractmethod
-    def get_params(self, params: Sequence[np.ndarray], device: str) -> list:
-        """A replica of the parameters on `device`, with gradients attached."""
-
-    @abstractmethod
-    def read_params(self, replica: list) -> list[np.ndarray]:
+    def read_params(self, replica: Replica) -> list[np.ndarray]:
         """A replica's parameters as NumPy arrays in the common layout."""
 
     @abstractmethod
-    def write_params(self, replica: list, params: Sequence[np.ndarray]) -> None:
-        """Overwrite a replica's parameters in place (its arrays keep their identity)."""
+    def read_state(self, replica: Replica) -> list[np.ndarray]:
+        """A replica's model state as NumPy arrays in the common layout."""
+
+    @abstractmethod
+    def write_params(self, replica: Replica, params: Sequence[np.ndarray],
+                     state: Sequence[np.ndarray] | None = None) -> None:
+        """Overwrite a replica's parameters (and state) in place (its arrays keep their identity)."""
 
     @abstractmethod
     def allreduce(self, arrays: list) -> None:
         """Sum onto the first array's device, then write the sum into every array in place."""
 
     @abstractmethod
-    def split_batch(self, X: Any, y: Any, devices: Sequence[str]) -> tuple[list, list]: ...
+    def split_batch(self, X: Any, y: Any, devices: Sequence[str]) -> tuple[list, list]:
+        """One shard of X and y per device, on that device, cut as common.data.shard_bounds."""
 
     @abstractmethod
-    def train_batch(self, X: Any, y: Any, replicas: list, devices: Sequence[str], lr: float) -> Any:
-        """Forward and backward per shard, allreduce of the gradients, SGD on every
-        replica scaled by the full batch size. Returns the batch's mean loss (a handle)."""
+    def shard_loss_and_grads(self, replica: Replica, X: Any, y: Any) -> tuple[Any, Any]:
+        """Forward (training mode) and backward of one shard on the replica's device:
+        the gradients of the shard's summed loss land in grads(replica); returns that
+        summed loss and the logits (handles, not waited for)."""
 
-    def scratch_trainer(self, params: Sequence[np.ndarray], devices: Sequence[str],
-                        lr: float) -> Trainer:
-        from .scratch import ScratchTrainer
-        return ScratchTrainer(self, params, devices, lr)
+    @abstractmethod
+    def grads(self, replica: Replica) -> list:
+        """The replica's gradient arrays, in parameter order (allreduce sums them in place)."""
+
+    @abstractmethod
+    def sgd(self, replica: Replica, scale: float) -> None:
+        """p -= scale * grad for every parameter of the replica, in place; then clear the grads."""
+
+    @abstractmethod
+    def add(self, values: list, device: str) -> Any:
+        """The sum of framework scalars from several devices, on `device`."""
+
+    def train_batch(self, X: Any, y: Any, replicas: list[Replica], devices: Sequence[str],
+                    lr: float) -> Any:
+        """The chapter's train_batch (common/scratch.py), on this framework's primitives."""
+        from .scratch import train_batch
+        return train_batch(self, X, y, replicas, devices, lr)
 
     # --- native mode: the framework's own data parallelism ---
     @abstractmethod
-    def native_trainer(self, params: Sequence[np.ndarray], devices: Sequence[str], lr: float,
-                       rank: int = 0, world: int = 1) -> Trainer:
+    def native_trainer(self, model: str, params: Sequence[np.ndarray], devices: Sequence[str],
+                       lr: float, rank: int = 0, world: int = 1, sync_bn: bool = False) -> Trainer:
         """In-process trainer over `devices`; in a multi-process run, rank `rank` of
-        `world` on `devices[0]`, its process group already joined by `spawn`."""
-
-    def spawn(self, fn: Callable, nprocs: int, args: tuple) -> None:
-        """Run fn(rank, *args) in nprocs processes joined into one process group."""
-        raise NotApplicable(f"{self.name} runs native data parallelism in one process")
+        `world` on `devices[0]`, its process group already joined (see join)."""

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .lenet import IMAGE_SHAPE, NUM_CLASSES
 
 ENV_VAR = "FASHION_MNIST_DIR"
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")   # Debian package dataset-fashion-mnist
@@ -25,6 +24,8 @@ FILES = {
     "test_labels": ("t10k-labels-idx1-ubyte", "bb300cfdad3c16e7a12a480ee83cd310"),
 }
 IDX_DTYPE = {0x08: np.uint8}
+IMAGE_SHAPE = (1, 28, 28)       # one channel, 28 x 28: what every model here takes
+NUM_CLASSES = 10
 
 
 class DataError(RuntimeError):

@@ -1,17 +1,41 @@
-"""Framework names, their packages, and which are installed -- found without importing any."""
+"""One table of facts per framework, and which are installed -- found without
+importing any. Every other list of framework names in the suite derives from it."""
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from dataclasses import dataclass
 
-# name -> (our package, the library it needs, pip extra)
-FRAMEWORKS: dict[str, tuple[str, str, str]] = {
-    "pytorch": ("frameworks.pytorch", "torch", "pytorch"),
-    "tensorflow": ("frameworks.tensorflow", "tensorflow", "tensorflow"),
-    "mxnet": ("frameworks.mxnet", "mxnet", "mxnet"),
-    "paddle": ("frameworks.paddle", "paddle", "paddle"),
-    "keras": ("frameworks.keras", "keras", "keras"),
-}
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    package: str                  # our package: frameworks.<name>
+    imports: tuple[str, ...]      # modules that must be importable for it to run
+    dists: tuple[str, ...]        # distributions whose versions a record keeps (first found
+                                  # is the framework's version)
+    extra: str                    # pip extra of this project
+    native: str                   # how its native data parallelism runs
+    native_processes: bool        # native mode runs one process per device
+
+
+FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
+    Framework("pytorch", "frameworks.pytorch", ("torch",), ("torch",), "pytorch",
+              "torch.nn.parallel.DistributedDataParallel, one process per device "
+              "(gloo on CPU, nccl on GPU)", True),
+    Framework("tensorflow", "frameworks.tensorflow", ("tensorflow",), ("tensorflow",), "tensorflow",
+              "tf.distribute.MirroredStrategy, custom loop with strategy.run and "
+              "strategy.reduce in a tf.function", False),
+    Framework("mxnet", "frameworks.mxnet", ("mxnet",), ("mxnet",), "mxnet",
+              "gluon.Trainer over a context list, gradients reduced by a KVStore", False),
+    Framework("paddle", "frameworks.paddle", ("paddle",), ("paddlepaddle", "paddlepaddle-gpu"),
+              "paddle", "paddle.DataParallel, one process per device "
+              "(gloo on CPU, nccl on GPU)", True),
+    # Keras 3 runs here on its TensorFlow backend
+    Framework("keras", "frameworks.keras", ("keras", "tensorflow"), ("keras", "tensorflow"), "keras",
+              "model.fit under tf.distribute.MirroredStrategy "
+              "(keras.distribution.DataParallel needs the JAX backend)", False),
+)}
 NAMES = tuple(FRAMEWORKS)
 
 
@@ -30,11 +54,12 @@ def check_name(name: str) -> str:
     return name
 
 
+def facts(name: str) -> Framework:
+    return FRAMEWORKS[check_name(name)]
+
+
 def is_installed(name: str) -> bool:
-    lib = FRAMEWORKS[check_name(name)][1]
-    if name == "keras":  # Keras 3 runs here on its TensorFlow backend
-        return all(importlib.util.find_spec(m) is not None for m in ("keras", "tensorflow"))
-    return importlib.util.find_spec(lib) is not None
+    return all(importlib.util.find_spec(m) is not None for m in facts(name).imports)
 
 
 def installed() -> list[str]:
@@ -43,20 +68,22 @@ def installed() -> list[str]:
 
 def install_hint(name: str) -> str:
     """The command that installs a framework's extra, e.g. pip install -e '.[paddle]'."""
-    return f"pip install -e '.[{FRAMEWORKS[check_name(name)][2]}]'"
+    return f"pip install -e '.[{facts(name).extra}]'"
 
 
 def get(name: str):
     """Import one framework package on demand and return its backend instance."""
-    module, lib, _ = FRAMEWORKS[check_name(name)]
+    f = facts(name)
     if not is_installed(name):
         raise NotInstalled(
-            f"framework {name!r} is not installed (needs {lib!r}); "
+            f"framework {name!r} is not installed (needs {', '.join(map(repr, f.imports))}); "
             f"install it with: {install_hint(name)}")
-    return importlib.import_module(module).BACKEND
+    return importlib.import_module(f.package).BACKEND
 
-# Modes a framework cannot do, with the reason. Checked both ways by the tests:
-# each listed gap must still raise NotApplicable, and no unlisted one may.
+
+# What a framework cannot do, with the reason, keyed by (framework, capability): a mode
+# name, or a feature such as "sync-bn". Checked both ways by the tests: each listed gap
+# must still raise NotApplicable, and no unlisted one may.
 KNOWN_GAPS: dict[tuple[str, str], str] = {
     ("keras", "scratch"): "Keras has no from-scratch training loop of its own: its "
                           "data parallelism is model.fit under a distribution strategy",

@@ -12,7 +12,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-COLUMNS = ("framework", "mode", "devices", "status", "test acc", "train loss", "sec/epoch", "samples/s",
+COLUMNS = ("framework", "model", "mode", "devices", "status", "test acc", "train loss", "sec/epoch", "samples/s",
            "speed-up", "efficiency", "peak MB", "note")
 
 
@@ -28,15 +28,18 @@ def _median(xs):
 def summarize(records: list[dict]) -> list[dict]:
     """One row per record; speed-up and scaling efficiency against the same
     framework's and mode's 1-device run of this comparison."""
-    base = {(r["framework"], r["mode"]): _median(r["sec_per_epoch"])
+    def key(r):
+        return r["framework"], r.get("model", "lenet"), r["mode"], bool(r.get("sync_bn"))
+    base = {key(r): _median(r["sec_per_epoch"])
             for r in records if r["devices"] == 1 and r["status"] == "ok"}
     rows = []
     for r in records:
         sec = _median(r["sec_per_epoch"]) if r["status"] == "ok" else None
-        one = base.get((r["framework"], r["mode"]))
+        one = base.get(key(r))
         speedup = one / sec if (sec and one) else None
         rows.append({
-            "framework": r["framework"], "mode": r["mode"], "devices": r["devices"],
+            "framework": r["framework"], "model": r.get("model", "lenet"),
+            "mode": r["mode"] + (" sync-bn" if r.get("sync_bn") else ""), "devices": r["devices"],
             "status": r["status"], "test acc": r.get("test_accuracy"),
             "train loss": r["train_loss"][-1] if r.get("train_loss") else None, "sec/epoch": sec,
             "samples/s": r.get("samples_per_sec"), "speed-up": speedup,
@@ -61,7 +64,8 @@ def _fmt(key, value):
 
 def table(rows: list[dict], title: str | None = None, markdown: bool = False) -> Table:
     """The summary table; on a terminal the notes go below it (see notes())."""
-    columns = COLUMNS if markdown else COLUMNS[:-1]
+    # the terminal table names the model in its title, to fit 80 columns
+    columns = COLUMNS if markdown else tuple(c for c in COLUMNS[:-1] if c != "model")
     t = (Table(title=title, box=box.MARKDOWN) if markdown else
          Table(title=title, box=box.SIMPLE_HEAD, padding=0, pad_edge=False,
                show_edge=False))
@@ -93,14 +97,21 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
     env = next((r["env"] for r in records if r.get("env")), {})
     libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items())
     cfg = records[0] if records else {}
+    model_names = ", ".join(dict.fromkeys(r.get("model", "lenet") for r in records))
+    if cfg.get("batch_per_device"):
+        batch = (f"batch {cfg['batch_per_device']} per device (weak scaling: the global batch and "
+                 f"the learning rate grow with the device count; lr {cfg['lr'] / cfg['devices']:g} "
+                 "per device)")
+    else:
+        batch = f"batch {cfg.get('batch_size')} (fixed global batch, split over the devices), lr {cfg.get('lr')}"
     return "\n".join([
-        "# Framework comparison: LeNet, data-parallel training", "",
+        f"# Framework comparison: {model_names}, data-parallel training", "",
         f"Command: `{command}`", "",
         f"Machine: {env.get('cpu_model', '?')} ({env.get('cpu_count', '?')} CPUs), "
         f"GPU: {env.get('gpu_model') or 'none'}; {env.get('os', '?')}, Python {env.get('python', '?')}",
         f"Libraries: {libs}", "",
-        f"Dataset {cfg.get('dataset')}, {cfg.get('epochs')} epoch(s), batch {cfg.get('batch_size')}, "
-        f"lr {cfg.get('lr')}, seed {cfg.get('seed')}, {cfg.get('threads')} threads per run.", "",
+        f"Dataset {cfg.get('dataset')}, {cfg.get('epochs')} epoch(s), {batch}, "
+        f"seed {cfg.get('seed')}, {cfg.get('threads')} threads per run.", "",
         "sec/epoch is the median over epochs, timed with the device synchronised; warm-up "
         "is excluded (in each record as warmup_sec). Speed-up and efficiency are against the "
         "same framework and mode on 1 device. Train loss is the last epoch's mean. Peak memory is the device allocator's peak on "

@@ -13,11 +13,18 @@ from pathlib import Path
 
 
 STATUSES = ("ok", "failed", "not-installed", "not-applicable")
+# Every key a run record has (a test checks that runs write these and no others).
 RECORD_KEYS = (
-    "framework", "framework_version", "mode", "devices", "device_names", "device_kind",
-    "dataset", "epochs", "batch_size", "lr", "seed", "threads", "sec_per_epoch",
-    "samples_per_sec", "test_accuracy", "train_loss", "step_losses", "peak_memory_mb",
-    "status", "error", "env",
+    # what was run
+    "framework", "framework_version", "model", "mode", "devices", "device_names", "device_kind",
+    "processes", "native_mechanism", "dataset", "epochs", "batch_size", "batch_per_device",
+    "scaling", "lr", "sync_bn", "seed", "threads",
+    # what it measured
+    "warmup_sec", "estimated_sec_per_epoch", "sec_per_epoch", "steps_per_epoch",
+    "samples_per_sec", "eval_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
+    "step_losses", "peak_memory_mb", "peak_memory_source",
+    # how it ended, and where
+    "status", "error", "traceback", "env",
 )
 STEP_LOSSES_KEPT = 50
 
@@ -25,13 +32,18 @@ STEP_LOSSES_KEPT = 50
 @dataclass
 class RunConfig:
     framework: str
-    mode: str                      # "scratch" or "native"
+    mode: str                      # a name in common.modes.MODES
     devices: int
+    model: str = "lenet"           # a name in common.models.NAMES
     dataset: str = "fashion-mnist"
     data_dir: str | None = None
     epochs: int = 1
-    batch_size: int = 256
+    batch_size: int = 256          # the global batch, over all devices
     lr: float = 0.2
+    # weak scaling: batch_size = batch_per_device x devices (lr grown alike by compare);
+    # None: a fixed global batch whatever the device count
+    batch_per_device: int | None = None
+    sync_bn: bool = False          # synchronised BatchNorm across replicas (native mode)
     seed: int = 0
     threads: int = 2
     steps_per_epoch: int | None = None
@@ -44,9 +56,11 @@ class RunConfig:
 def new_record(cfg: RunConfig) -> dict:
     """A record with every key, filled from the config; the run fills in the rest."""
     record = dict.fromkeys(RECORD_KEYS)
-    record.update(framework=cfg.framework, mode=cfg.mode, devices=cfg.devices,
+    record.update(framework=cfg.framework, model=cfg.model, mode=cfg.mode, devices=cfg.devices,
                   dataset=cfg.dataset, epochs=cfg.epochs, batch_size=cfg.batch_size,
-                  lr=cfg.lr, seed=cfg.seed, threads=cfg.threads, status="failed",
+                  batch_per_device=cfg.batch_per_device,
+                  scaling="weak" if cfg.batch_per_device else "fixed", lr=cfg.lr,
+                  sync_bn=cfg.sync_bn, seed=cfg.seed, threads=cfg.threads, status="failed",
                   sec_per_epoch=[], train_loss=[], step_losses=[], device_names=[])
     return record
 
@@ -81,7 +95,8 @@ def _version(dist: str) -> str | None:
 
 def env_info() -> dict:
     """Where a figure was measured: read without importing any framework."""
-    dists = ["numpy", "torch", "mxnet", "tensorflow", "keras", "paddlepaddle", "paddlepaddle-gpu"]
+    from .registry import FRAMEWORKS
+    dists = ["numpy", *dict.fromkeys(d for f in FRAMEWORKS.values() for d in f.dists)]
     return {
         "python": platform.python_version(),
         "os": platform.platform(),
@@ -102,8 +117,16 @@ def write_atomic(path: str | os.PathLike, data) -> None:
     os.replace(tmp, path)
 
 
+def framework_version(framework: str, env: dict) -> str | None:
+    """The framework's version as the environment record has it (no import)."""
+    from .registry import facts
+    return next((env["libraries"][d] for d in facts(framework).dists if d in env["libraries"]), None)
+
+
 def record_filename(record: dict) -> str:
-    return f"{record['framework']}-{record['mode']}-{record['devices']}dev.json"
+    model = "" if record.get("model", "lenet") == "lenet" else f"{record['model']}-"
+    sync = "-syncbn" if record.get("sync_bn") else ""
+    return f"{model}{record['framework']}-{record['mode']}{sync}-{record['devices']}dev.json"
 
 
 def load_records(directory: str | os.PathLike) -> list[dict]:
@@ -111,7 +134,10 @@ def load_records(directory: str | os.PathLike) -> list[dict]:
     from .registry import NAMES
     records = [json.loads(p.read_text()) for p in Path(directory).glob("*dev.json")]
     order = {n: i for i, n in enumerate(NAMES)}
-    return sorted(records, key=lambda r: (order.get(r["framework"], len(order)),
-                                          r["mode"] != "scratch", r["devices"]))
+    from .modes import NAMES as MODES
+    return sorted(records, key=lambda r: (r.get("model", "lenet"),
+                                          order.get(r["framework"], len(order)),
+                                          MODES.index(r["mode"]) if r["mode"] in MODES else 99,
+                                          bool(r.get("sync_bn")), r["devices"]))
 
 

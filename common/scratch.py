@@ -1,27 +1,36 @@
-"""Scratch mode's trainer, the same for every framework: it only calls the
-backend's get_params / split_batch / train_batch, the chapter's functions."""
+"""Scratch mode, written once for every framework: the chapter's train_batch on
+the backend's primitives (split_batch, a forward and backward pass per shard,
+allreduce, SGD), and the trainer that drives it. A framework may bind
+train_batch differently (TensorFlow compiles it into one graph) but not change it."""
 from __future__ import annotations
 
 from typing import Sequence
 
 import numpy as np
 
-from .contract import Backend, Trainer
-
-EVAL_BATCH = 1000
+from .contract import Backend, Replica, Trainer, predict_in_batches
 
 
-def predict_in_batches(logits_of, X: np.ndarray) -> np.ndarray:
-    """Class ids for X, evaluated EVAL_BATCH images at a time to bound memory."""
-    return np.concatenate([np.asarray(logits_of(X[i:i + EVAL_BATCH])).argmax(axis=1)
-                           for i in range(0, len(X), EVAL_BATCH)])
+def train_batch(b: Backend, X, y, replicas: list[Replica], devices: Sequence[str], lr: float):
+    """Forward and backward per shard, allreduce of the gradients, SGD on every replica
+    scaled by the full batch size. Returns the batch's mean loss (a handle)."""
+    X_shards, y_shards = b.split_batch(X, y, devices)
+    losses = [b.shard_loss_and_grads(r, Xs, ys)[0]
+              for r, Xs, ys in zip(replicas, X_shards, y_shards)]
+    grads = [b.grads(r) for r in replicas]
+    for i in range(len(grads[0])):
+        b.allreduce([g[i] for g in grads])
+    batch = X.shape[0]
+    for r in replicas:
+        b.sgd(r, lr / batch)
+    return b.add(losses, devices[0]) / batch
 
 
 class ScratchTrainer(Trainer):
-    def __init__(self, backend: Backend, params: Sequence[np.ndarray],
-                 devices: Sequence[str], lr: float):
-        self.backend, self.devices, self.lr = backend, list(devices), lr
-        self.replicas = [backend.get_params(params, d) for d in self.devices]
+    def __init__(self, backend: Backend, model: str, params: Sequence[np.ndarray],
+                 state: Sequence[np.ndarray], devices: Sequence[str], lr: float):
+        self.backend, self.model, self.devices, self.lr = backend, model, list(devices), lr
+        self.replicas = [backend.get_params(params, d, model, state) for d in self.devices]
 
     def step(self, X, y):
         b = self.backend
@@ -31,16 +40,20 @@ class ScratchTrainer(Trainer):
 
     def losses(self, handles):
         self.backend.synchronize()
-        return np.array([float(self.backend.to_numpy(h)) for h in handles])
+        return np.array([float(np.asarray(self.backend.to_numpy(h)).reshape(()))
+                         for h in handles])
 
     def predict(self, X):
         b, d = self.backend, self.devices[0]
         return predict_in_batches(
-            lambda x: b.to_numpy(b.lenet(self.replicas[0], b.tensor(x, d))), X)
+            lambda x: b.to_numpy(b.forward(self.model, self.replicas[0], b.tensor(x, d))), X)
 
     def replica_params(self):
         return [self.backend.read_params(r) for r in self.replicas]
 
-    def load_params(self, params):
+    def replica_state(self):
+        return [self.backend.read_state(r) for r in self.replicas]
+
+    def load_params(self, params, state):
         for r in self.replicas:
-            self.backend.write_params(r, params)
+            self.backend.write_params(r, params, state)

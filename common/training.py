@@ -1,5 +1,6 @@
 """The one epoch loop: warm-up, timing, evaluation and the record, for every
-framework and mode. Frameworks only supply a Trainer."""
+framework, model and mode. Frameworks only supply a Trainer; modes say how it is
+built and how many processes it takes; common.launcher starts those processes."""
 from __future__ import annotations
 
 import json
@@ -14,10 +15,10 @@ from typing import Callable
 
 import numpy as np
 
-from . import data as data_mod, registry
+from . import data as data_mod, launcher, models, registry
 from .contract import Backend, NotApplicable, Trainer
-from .lenet import init_params
-from .results import STEP_LOSSES_KEPT, RunConfig, env_info, new_record
+from .modes import MODES
+from .results import STEP_LOSSES_KEPT, RunConfig, env_info, framework_version, new_record
 
 
 def _max_rss_mb() -> float:
@@ -27,10 +28,12 @@ def _max_rss_mb() -> float:
 
 
 def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Dataset,
-          on_step: Callable[[], None] = lambda: None, evaluate: bool = True) -> dict:
+          on_step: Callable[[], None] = lambda: None, evaluate: bool = True,
+          on_estimate: Callable[[float], None] = lambda s: None) -> dict:
     """Warm up, reset to the initial weights, then train and time cfg.epochs epochs.
     The device is synchronised before every clock read."""
-    params0 = init_params(cfg.seed)
+    model = models.get(cfg.model)
+    params0, state0 = model.init_params(cfg.seed), model.init_state()
     orders = [data_mod.batch_order(len(ds.X_train), cfg.batch_size, e, cfg.seed)
               [: cfg.steps_per_epoch] for e in range(cfg.epochs)]
     out = {"sec_per_epoch": [], "train_loss": [], "step_losses": [], "test_accuracy_per_epoch": [],
@@ -38,14 +41,20 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
 
     # Warm-up (graph tracing, allocator growth) on the first batches, timed apart;
     # then every replica goes back to the initial weights so the run is unchanged.
+    # Its last step, timed alone, gives the estimate a user sees before a long run.
+    warmup = orders[0][: cfg.warmup_steps]
     backend.synchronize()
-    t0 = time.perf_counter()
-    if cfg.warmup_steps:
-        trainer.losses(trainer.train_epoch(ds.X_train, ds.y_train,
-                                           orders[0][: cfg.warmup_steps], lambda: None))
+    t0 = t_last = time.perf_counter()
+    for i in range(len(warmup)):
+        t_last = time.perf_counter()
+        trainer.losses(trainer.train_epoch(ds.X_train, ds.y_train, warmup[i:i + 1], lambda: None))
     backend.synchronize()
-    out["warmup_sec"] = time.perf_counter() - t0
-    trainer.load_params(params0)
+    t1 = time.perf_counter()
+    out["warmup_sec"] = t1 - t0
+    if len(warmup):
+        out["estimated_sec_per_epoch"] = (t1 - t_last) * len(orders[0])
+        on_estimate(out["estimated_sec_per_epoch"])
+    trainer.load_params(params0, state0)
 
     for order in orders:
         backend.synchronize()
@@ -71,24 +80,31 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     return out
 
 
-def _rank_device(backend: Backend, rank: int, world: int) -> str:
-    return f"gpu:{rank}" if backend.num_gpus() >= world else "cpu:0"
-
-
-def _rank_main(rank: int, world: int, cfg_dict: dict, result_path: str, progress: bool) -> None:
-    """One process of a multi-process native run; rank 0 writes the result."""
+def _rank_main(cfg_dict: dict, result_path: str, progress: bool) -> None:
+    """One process of a multi-process run (started by common.launcher); rank 0 writes
+    the result."""
     cfg = RunConfig(**cfg_dict)
+    rank = launcher.RankInfo.from_env()
     backend = registry.get(cfg.framework)
-    backend.setup(cpu_devices=1, threads=max(1, cfg.threads // world))
-    ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
-    device = _rank_device(backend, rank, world)
-    trainer = backend.native_trainer(init_params(cfg.seed), [device], cfg.lr, rank, world)
-    on_step = progress_printer() if (progress and rank == 0) else (lambda: None)
-    result = train(backend, trainer, cfg, ds, on_step, evaluate=(rank == 0))
-    if rank == 0:
-        result["device_names"] = [_rank_device(backend, r, world) for r in range(world)]
-        result["peak_memory_mb_device"] = backend.peak_memory_mb()
-        Path(result_path).write_text(json.dumps(result))
+    backend.setup(cpu_devices=1, threads=max(1, cfg.threads // rank.world_size))
+    backend.join(rank)
+    try:
+        ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
+        device = backend.rank_device(rank)
+        trainer = MODES[cfg.mode].trainer(backend, cfg, [device], rank.rank, rank.world_size)
+        first = rank.rank == 0
+        result = train(backend, trainer, cfg, ds, progress_printer() if (progress and first)
+                       else lambda: None, evaluate=first,
+                       on_estimate=estimate_printer() if (progress and first) else lambda s: None)
+        if first:
+            result["device_names"] = [
+                backend.rank_device(launcher.RankInfo(r, rank.world_size, r, rank.world_size,
+                                                      rank.master_addr, rank.master_port))
+                for r in range(rank.world_size)]
+            result["peak_memory_mb_device"] = backend.peak_memory_mb()
+            Path(result_path).write_text(json.dumps(result))
+    finally:
+        backend.leave()
 
 
 def progress_printer() -> Callable[[], None]:
@@ -100,14 +116,22 @@ def progress_printer() -> Callable[[], None]:
     return on_step
 
 
+def estimate_printer() -> Callable[[float], None]:
+    """Tells the parent process the estimated seconds per epoch, measured in warm-up."""
+    def on_estimate(seconds):
+        sys.stdout.write(f"@estimate {seconds:.3f}\n")
+        sys.stdout.flush()
+    return on_estimate
+
+
 def run(cfg: RunConfig, progress: bool = False) -> dict:
-    """Run one (framework, mode, device count) and return its complete record.
+    """Run one (framework, model, mode, device count) and return its complete record.
     Failures are recorded in the record, never raised."""
     record = new_record(cfg)
     record["env"] = env_info()
-    record["framework_version"] = record["env"]["libraries"].get(
-        {"pytorch": "torch", "paddle": "paddlepaddle"}.get(cfg.framework, cfg.framework))
-    gap = registry.KNOWN_GAPS.get((cfg.framework, cfg.mode))
+    record["framework_version"] = framework_version(cfg.framework, record["env"])
+    mode = MODES[cfg.mode]
+    gap = mode.gap(cfg.framework, cfg.sync_bn)
     try:
         backend = registry.get(cfg.framework)
     except registry.NotInstalled as e:
@@ -116,32 +140,30 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
     try:
         ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
         record["framework_version"] = backend.version()
-        multiprocess = cfg.mode == "native" and backend.native_uses_processes and cfg.devices > 1
-        backend.setup(cpu_devices=1 if multiprocess else cfg.devices,
-                      threads=max(1, cfg.threads // cfg.devices) if multiprocess else cfg.threads)
-        params0 = init_params(cfg.seed)
-        if multiprocess:
-            # ranks are new processes: they read their thread count at import
-            os.environ["OMP_NUM_THREADS"] = str(max(1, cfg.threads // cfg.devices))
+        processes = mode.processes(cfg.framework, cfg.devices)
+        threads = max(1, cfg.threads // processes)
+        if processes > 1:
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "rank0.json"
-                backend.spawn(_rank_main, cfg.devices, (cfg.to_dict(), str(path), progress))
+                # ranks are new processes: they read their thread count at import
+                launcher.launch(_rank_main, processes, (cfg.to_dict(), str(path), progress),
+                                env={"OMP_NUM_THREADS": str(threads)})
                 result = json.loads(path.read_text())
             record["device_names"] = result.pop("device_names")
             peak = result.pop("peak_memory_mb_device")
         else:
+            backend.setup(cpu_devices=cfg.devices, threads=threads)
             devices = backend.devices(cfg.devices)
             record["device_names"] = devices
-            if cfg.mode == "scratch":
-                trainer = backend.scratch_trainer(params0, devices, cfg.lr)
-            else:
-                trainer = backend.native_trainer(params0, devices, cfg.lr)
-            result = train(backend, trainer, cfg, ds, progress_printer() if progress else lambda: None)
+            trainer = mode.trainer(backend, cfg, devices)
+            result = train(backend, trainer, cfg, ds,
+                           progress_printer() if progress else lambda: None,
+                           on_estimate=estimate_printer() if progress else lambda s: None)
             peak = backend.peak_memory_mb()
         record.update(result)
         record["device_kind"] = record["device_names"][0].split(":")[0]
-        record["processes"] = cfg.devices if multiprocess else 1
-        record["native_mechanism"] = backend.native_description if cfg.mode == "native" else None
+        record["processes"] = processes
+        record["native_mechanism"] = backend.facts.native if cfg.mode == "native" else None
         record["peak_memory_mb"] = peak if peak is not None else _max_rss_mb()
         record["peak_memory_source"] = "device allocator" if peak is not None else "process max RSS"
         record["status"] = "ok"

@@ -50,7 +50,7 @@ def conformance(tmp_path_factory):
         if framework not in cache:
             if not registry.is_installed(framework):
                 pytest.fail(f"{framework} is required here but not installed "
-                            f"(pip install -e '.[{registry.FRAMEWORKS[framework][2]}]')")
+                            f"({registry.install_hint(framework)})")
             out = tmp_path_factory.mktemp("conformance") / f"{framework}.json"
             proc = run_python(["-m", "tests.conformance", framework, str(out)], threads=2)
             if proc.returncode != 0 or not out.exists():

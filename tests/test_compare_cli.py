@@ -33,8 +33,8 @@ def test_a_crashing_framework_leaves_the_others_intact(tmp_path):
         pytest.skip("needs two installed frameworks")
     crashing, surviving = pair
     fake = tmp_path / "fake"
-    (fake / registry.FRAMEWORKS[crashing][1]).mkdir(parents=True)
-    (fake / registry.FRAMEWORKS[crashing][1] / "__init__.py").write_text(
+    (fake / registry.FRAMEWORKS[crashing].imports[0]).mkdir(parents=True)
+    (fake / registry.FRAMEWORKS[crashing].imports[0] / "__init__.py").write_text(
         "import os\nos.abort()\n")
     out = tmp_path / "out"
     proc = run_python(["-m", "benchmarks.compare", "--framework", f"{crashing},{surviving}",

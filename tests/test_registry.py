@@ -6,12 +6,13 @@ from tests.conftest import run_python
 
 
 def test_importing_common_and_benchmarks_imports_no_framework():
-    code = ("import sys, common, common.contract, common.data, common.lenet, common.registry, "
+    code = ("import sys, common, common.contract, common.data, common.launcher, common.modes, "
+            "common.models, common.models.lenet, common.registry, "
             "common.report, common.results, common.scratch, common.training, "
             "benchmarks.compare, benchmarks.worker\n"
-            "common.registry.installed()\n"
-            "loaded = [m for m in ('torch', 'tensorflow', 'mxnet', 'paddle', 'keras', 'jax') "
-            "if m in sys.modules]\n"
+            "common.registry.installed(), common.results.env_info()\n"
+            "imports = {m for f in common.registry.FRAMEWORKS.values() for m in f.imports}\n"
+            "loaded = [m for m in sorted(imports | {'jax'}) if m in sys.modules]\n"
             "assert not loaded, loaded\n")
     proc = run_python(["-c", code])
     assert proc.returncode == 0, proc.stderr
@@ -30,6 +31,15 @@ def test_known_but_missing_names_the_pip_extra(monkeypatch):
         registry.get("paddle")
 
 
-def test_every_known_gap_names_a_framework_and_mode():
-    for (framework, mode), reason in registry.KNOWN_GAPS.items():
-        assert framework in registry.NAMES and mode in ("scratch", "native") and reason
+def test_every_known_gap_names_a_framework_and_capability():
+    from common.modes import MODES
+    for (framework, capability), reason in registry.KNOWN_GAPS.items():
+        assert framework in registry.NAMES and capability in (*MODES, "sync-bn") and reason
+
+
+def test_the_facts_table_is_the_one_list_of_frameworks():
+    assert registry.NAMES == tuple(registry.FRAMEWORKS)
+    for name, f in registry.FRAMEWORKS.items():
+        assert f.name == name and f.package == f"frameworks.{name}"
+        assert f.imports and f.dists and f.extra and f.native
+        assert registry.install_hint(name) == f"pip install -e '.[{f.extra}]'"

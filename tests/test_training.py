@@ -4,7 +4,7 @@ against the NumPy oracle over the first 20 steps."""
 import numpy as np
 import pytest
 
-from common import data, lenet, registry
+from common import data, models, registry
 from tests.conftest import covered
 
 STEPS = 20
@@ -27,7 +27,7 @@ def test_native_two_devices_matches_scratch(worker_record, framework):
     native = worker_record(framework, "native", 2)
     assert native["status"] == "ok", native["error"]
     assert len(native["device_names"]) == 2
-    if framework in ("pytorch", "paddle"):
+    if registry.facts(framework).native_processes:
         # one process per device, really: the losses below are then only equal to
         # scratch mode's if the processes reduced gradients (and losses) between them
         assert native["processes"] == 2, native["processes"]
@@ -40,12 +40,23 @@ def test_native_two_devices_matches_scratch(worker_record, framework):
                                rtol=0, atol=LOSS_ATOL)
 
 
+@pytest.mark.parametrize("framework", covered())
+def test_records_hold_exactly_the_schema_keys(worker_record, framework):
+    from common.results import RECORD_KEYS
+    for mode in ("scratch", "native"):
+        record = worker_record(framework, mode, 1) if (framework, mode) not in registry.KNOWN_GAPS \
+            else worker_record(framework, mode, 1, steps=1)
+        assert set(record) <= set(RECORD_KEYS), set(record) - set(RECORD_KEYS)
+        assert set(RECORD_KEYS) - {"traceback"} <= set(record), set(RECORD_KEYS) - set(record)
+
+
 @pytest.fixture(scope="module")
 def oracle_losses():
     ds = data.synthetic(0)
     order = data.batch_order(len(ds.X_train), 256, 0, 0)[:STEPS]
-    losses, _ = lenet.sgd_steps(lenet.init_params(0),
-                                [(ds.X_train[i], ds.y_train[i]) for i in order], lr=0.2)
+    lenet = models.get("lenet")
+    losses, _ = models.sgd_steps(lenet, lenet.init_params(0),
+                                 [(ds.X_train[i], ds.y_train[i]) for i in order], lr=0.2)
     return losses
 
 

@@ -8,12 +8,12 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 from common.contract import Backend  # noqa: E402
 
 from .devices import Devices  # noqa: E402
-from .lenet import LeNet  # noqa: E402
+from .models import Models  # noqa: E402
 from .native import Native  # noqa: E402
 from .scratch import Scratch  # noqa: E402
 
 
-class KerasBackend(Devices, LeNet, Scratch, Native, Backend):
+class KerasBackend(Devices, Models, Scratch, Native, Backend):
     name = "keras"
 
 

@@ -8,10 +8,9 @@ import tensorflow as tf
 from common.contract import Trainer
 
 from frameworks.tensorflow.devices import tf_device
-from frameworks.tensorflow.lenet import to_tf
-from frameworks.tensorflow.native import mirrored_params
+from frameworks.tensorflow.native import mirrored_values
 
-from .lenet import keras_lenet, nhwc
+from .models import nhwc
 
 
 def _pipeline_options() -> tf.data.Options:
@@ -43,14 +42,15 @@ class StepLosses(keras.callbacks.Callback):
 
 
 class FitTrainer(Trainer):
-    def __init__(self, params, devices, lr):
+    def __init__(self, backend, model, params, devices, lr):
+        self.ops = backend.model_ops(model)
         self.devices = [tf_device(d) for d in devices]
         # One device: Keras's default strategy, which places on that device (the
         # default device of devices(1)); OneDeviceStrategy doubled the step time.
         self.strategy = (tf.distribute.MirroredStrategy(self.devices) if len(devices) > 1
                          else tf.distribute.get_strategy())
         with self.strategy.scope():
-            self.model = keras_lenet(params)
+            self.model = backend.keras_model(model, params)
             self.model.compile(
                 optimizer=keras.optimizers.SGD(learning_rate=lr),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -73,17 +73,19 @@ class FitTrainer(Trainer):
         return self.model.predict(nhwc(X), batch_size=1000, verbose=0).argmax(axis=1)
 
     def replica_params(self):
-        return mirrored_params(self.strategy, [v.value for v in self.model.weights],
+        return [self.ops.from_framework(r) for r in mirrored_values(
+            self.strategy, [v.value for v in self.model.trainable_weights], len(self.devices))]
+
+    def replica_state(self):
+        return mirrored_values(self.strategy, [v.value for v in self.model.non_trainable_weights],
                                len(self.devices))
 
-    def load_params(self, params):
-        self.model.set_weights(to_tf(params))
+    def load_params(self, params, state):
+        self.model.set_weights(self.ops.to_framework(params))
+        for v, s in zip(self.model.non_trainable_weights, state):
+            v.assign(s)
 
 
 class Native:
-    native_uses_processes = False
-    native_description = ("model.fit under tf.distribute.MirroredStrategy "
-                          "(keras.distribution.DataParallel needs the JAX backend)")
-
-    def native_trainer(self, params, devices, lr, rank=0, world=1):
-        return FitTrainer(params, devices, lr)
+    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
+        return FitTrainer(self, model, params, devices, lr)

@@ -10,5 +10,5 @@ class Scratch:
     def _gap(self, *args, **kwargs):
         raise NotApplicable(REASON)
 
-    get_params = read_params = write_params = allreduce = split_batch = train_batch = _gap
-    scratch_trainer = _gap
+    get_params = read_params = read_state = write_params = allreduce = split_batch = _gap
+    shard_loss_and_grads = grads = sgd = add = train_batch = _gap

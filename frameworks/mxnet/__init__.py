@@ -9,12 +9,12 @@ if "bool" not in np.__dict__:   # (hasattr would warn)
 from common.contract import Backend  # noqa: E402
 
 from .devices import Devices  # noqa: E402
-from .lenet import LeNet  # noqa: E402
+from .models import Models  # noqa: E402
 from .native import Native  # noqa: E402
 from .scratch import Scratch  # noqa: E402
 
 
-class MXNetBackend(Devices, LeNet, Scratch, Native, Backend):
+class MXNetBackend(Devices, Models, Scratch, Native, Backend):
     name = "mxnet"
 
 

@@ -3,11 +3,10 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 from mxnet.gluon import nn
 
-from common.contract import Trainer
-from common.scratch import predict_in_batches
+from common.contract import NotApplicable, Trainer, predict_in_batches
 
 from .devices import context
-from .lenet import loss
+from .models import loss
 
 
 def gluon_lenet():
@@ -22,17 +21,23 @@ def gluon_lenet():
 
 
 def _to_gluon(params):
-    # gluon's Dense stores its weight as (out, in): transpose W3 and W4
+    # gluon's Dense stores its weight as (out, in): transpose the 2-D weights
     return [p.T if p.ndim == 2 else p for p in params]
 
 
+# model name -> (a gluon network, parameters in the common layout -> gluon's, and back)
+GLUON_MODELS = {"lenet": (gluon_lenet, _to_gluon, _to_gluon)}
+
+
 class GluonTrainer(Trainer):
-    def __init__(self, params, devices, lr):
+    def __init__(self, model, params, devices, lr):
+        build, self.to_gluon, self.from_gluon = GLUON_MODELS[model]
         self.ctxs = [context(d) for d in devices]
-        self.net = gluon_lenet()
+        self.net = build()
         self.net.initialize(ctx=self.ctxs)
-        self.params = list(self.net.collect_params().values())
-        self.load_params(params)
+        self.params = [p for p in self.net.collect_params().values() if p.grad_req != "null"]
+        self.state = [p for p in self.net.collect_params().values() if p.grad_req == "null"]
+        self.load_params(params, [])
         self.net.hybridize(static_alloc=True, static_shape=True)
         gpu = self.ctxs[0].device_type == "gpu"
         self.trainer = gluon.Trainer(self.net.collect_params(), "sgd", {"learning_rate": lr},
@@ -56,16 +61,20 @@ class GluonTrainer(Trainer):
             lambda x: self.net(nd.array(x, ctx=self.ctxs[0])).asnumpy(), X)
 
     def replica_params(self):
-        return [_to_gluon([p.data(c).asnumpy() for p in self.params]) for c in self.ctxs]
+        return [self.from_gluon([p.data(c).asnumpy() for p in self.params]) for c in self.ctxs]
 
-    def load_params(self, params):
-        for p, v in zip(self.params, _to_gluon(list(params))):
+    def replica_state(self):
+        return [[p.data(c).asnumpy() for p in self.state] for c in self.ctxs]
+
+    def load_params(self, params, state):
+        for p, v in zip(self.params, self.to_gluon(list(params))):
+            p.set_data(nd.array(v))
+        for p, v in zip(self.state, state):
             p.set_data(nd.array(v))
 
 
 class Native:
-    native_uses_processes = False
-    native_description = "gluon.Trainer over a context list, gradients reduced by a KVStore"
-
-    def native_trainer(self, params, devices, lr, rank=0, world=1):
-        return GluonTrainer(params, devices, lr)
+    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
+        if model not in GLUON_MODELS:
+            raise NotApplicable(f"mxnet native mode has no gluon {model} yet")
+        return GluonTrainer(model, params, devices, lr)

@@ -4,12 +4,12 @@ in its own process."""
 from common.contract import Backend
 
 from .devices import Devices
-from .lenet import LeNet
+from .models import Models
 from .native import Native
 from .scratch import Scratch
 
 
-class PaddleBackend(Devices, LeNet, Scratch, Native, Backend):
+class PaddleBackend(Devices, Models, Scratch, Native, Backend):
     name = "paddle"
 
 

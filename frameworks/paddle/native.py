@@ -1,31 +1,39 @@
-"""Native mode: paddle.DataParallel, one process per device, started with
-paddle.distributed.spawn (gloo on CPU, nccl on GPU)."""
+"""Native mode: paddle.DataParallel, one process per device (started by
+common.launcher; join() enters the process group: gloo on CPU, nccl on GPU)."""
+import os
+
 import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from common.contract import Trainer
+from common.contract import Trainer, predict_in_batches
 from common.data import shard_bounds
-from common.scratch import predict_in_batches
 
-from .lenet import lenet, loss_sum
+from .models import loss_sum
 
 
-class LeNetLayer(paddle.nn.Layer):
-    def __init__(self, params):
+class OpsLayer(paddle.nn.Layer):
+    """A model of models.py as a paddle Layer: parameters as Parameters, state
+    (BatchNorm running statistics) as buffers."""
+
+    def __init__(self, ops, params, state):
         super().__init__()
+        self.ops = ops
         self.ps = paddle.nn.ParameterList([
             self.create_parameter(p.shape, default_initializer=paddle.nn.initializer.Assign(p))
-            for p in params])
+            for p in ops.to_framework(params)])
+        self.state = [paddle.to_tensor(s) for s in state]
+        for i, s in enumerate(self.state):
+            self.register_buffer(f"state{i}", s)
 
     def forward(self, X):
-        return lenet(X, list(self.ps))
+        return self.ops.apply(list(self.ps), self.state, X, self.training)
 
 
 class DataParallelTrainer(Trainer):
-    def __init__(self, params, lr, rank, world):
+    def __init__(self, layer, lr, rank, world):
         self.rank, self.world = rank, world
-        self.layer = LeNetLayer(params)
+        self.layer = layer
         self.model = paddle.DataParallel(self.layer) if world > 1 else self.layer
         self.opt = paddle.optimizer.SGD(learning_rate=lr, parameters=self.layer.parameters())
         self.batch = None
@@ -33,6 +41,7 @@ class DataParallelTrainer(Trainer):
     def step(self, X, y):
         self.batch = len(X)
         lo, hi = shard_bounds(len(X), self.world)[self.rank]
+        self.model.train()
         loss = loss_sum(self.model(paddle.to_tensor(X[lo:hi])), paddle.to_tensor(y[lo:hi]))
         # DataParallel averages gradients over ranks; this scale makes the result
         # the gradient of the full batch's mean loss, whatever the shard sizes.
@@ -48,32 +57,40 @@ class DataParallelTrainer(Trainer):
         return sums.numpy() / self.batch
 
     def predict(self, X):
+        self.layer.eval()
         with paddle.no_grad():
             return predict_in_batches(lambda x: self.layer(paddle.to_tensor(x)).numpy(), X)
 
     def replica_params(self):
-        return [[p.numpy().copy() for p in self.layer.ps]]
+        return [self.layer.ops.from_framework([p.numpy().copy() for p in self.layer.ps])]
 
-    def load_params(self, params):
-        for p, v in zip(self.layer.ps, params):
+    def replica_state(self):
+        return [[s.numpy().copy() for s in self.layer.state]]
+
+    def load_params(self, params, state):
+        for p, v in zip(self.layer.ps, self.layer.ops.to_framework(params)):
             p.set_value(np.asarray(v))
-
-
-def _entry(fn, world, args):
-    dist.init_parallel_env()
-    fn(dist.get_rank(), world, *args)
+        for s, v in zip(self.layer.state, state):
+            s.set_value(np.asarray(v))
 
 
 class Native:
-    native_uses_processes = True
-    native_description = ("paddle.DataParallel, one process per device via "
-                          "paddle.distributed.spawn (gloo on CPU, nccl on GPU)")
-
-    def native_trainer(self, params, devices, lr, rank=0, world=1):
+    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
         if world == 1 and len(devices) > 1:
-            raise ValueError("Paddle native mode runs one process per device; use spawn")
-        return DataParallelTrainer(params, lr, rank, world)
+            raise ValueError("Paddle native mode runs one process per device (common.launcher)")
+        from common import models
+        layer = OpsLayer(self.model_ops(model), params, models.get(model).init_state())
+        return DataParallelTrainer(layer, lr, rank, world)
 
-    def spawn(self, fn, nprocs, args):
-        backend = "nccl" if self.num_gpus() >= nprocs else "gloo"
-        dist.spawn(_entry, args=(fn, nprocs, args), nprocs=nprocs, backend=backend)
+    def join(self, rank):
+        # paddle.distributed reads its own names for what the launcher set
+        gpu = self.num_gpus() > rank.local_rank
+        os.environ.update({
+            "PADDLE_TRAINER_ID": str(rank.rank), "PADDLE_TRAINERS_NUM": str(rank.world_size),
+            "PADDLE_CURRENT_ENDPOINT": f"{rank.master_addr}:{rank.master_port + 1 + rank.rank}",
+            "PADDLE_TRAINER_ENDPOINTS": ",".join(f"{rank.master_addr}:{rank.master_port + 1 + r}"
+                                                 for r in range(rank.world_size)),
+            "PADDLE_DISTRI_BACKEND": "nccl" if gpu else "gloo"})
+        if gpu:
+            os.environ["FLAGS_selected_gpus"] = str(rank.local_rank)
+        dist.init_parallel_env()

@@ -1,20 +1,31 @@
-"""The chapter's data parallelism written by hand, in Paddle."""
+"""The chapter's data parallelism by hand, in Paddle: its primitives. The
+train_batch that strings them together is common/scratch.py's."""
 import paddle
 
+from common.contract import Replica
+from common.data import shard_bounds
+
 from .devices import place
-from .lenet import lenet, loss_sum
+from .models import loss_sum
 
 
 class Scratch:
-    def get_params(self, params, device):
-        return [paddle.to_tensor(p, place=place(device), stop_gradient=False) for p in params]
+    def get_params(self, params, device, model="lenet", state=None):
+        return Replica([paddle.to_tensor(p, place=place(device), stop_gradient=False)
+                        for p in self.model_ops(model).to_framework(params)], model, device,
+                       [paddle.to_tensor(s, place=place(device)) for s in (state or [])])
 
     def read_params(self, replica):
-        return [p.numpy().copy() for p in replica]
+        return self.model_ops(replica.model).from_framework([p.numpy().copy() for p in replica])
 
-    def write_params(self, replica, params):
-        for p, v in zip(replica, params):
+    def read_state(self, replica):
+        return [s.numpy().copy() for s in replica.state]
+
+    def write_params(self, replica, params, state=None):
+        for p, v in zip(replica, self.model_ops(replica.model).to_framework(params)):
             p.set_value(v)
+        for s, v in zip(replica.state, state or []):
+            s.set_value(v)
 
     def allreduce(self, data):
         # paddle.assign(..., output=t) writes into t: every device's tensor gets the sum
@@ -26,22 +37,24 @@ class Scratch:
                 paddle.assign(self.to_device(data[0], self.device_of(data[i])), output=data[i])
 
     def split_batch(self, X, y, devices):
-        n = len(devices)
-        return ([self.to_device(s, d) for s, d in zip(paddle.chunk(X, n), devices)],
-                [self.to_device(s, d) for s, d in zip(paddle.chunk(y, n), devices)])
+        bounds = shard_bounds(X.shape[0], len(devices))
+        return ([self.to_device(X[lo:hi], d) for (lo, hi), d in zip(bounds, devices)],
+                [self.to_device(y[lo:hi], d) for (lo, hi), d in zip(bounds, devices)])
 
-    def train_batch(self, X, y, replicas, devices, lr):
-        X_shards, y_shards = self.split_batch(X, y, devices)
-        ls = [loss_sum(lenet(Xs, W), ys) for Xs, ys, W in zip(X_shards, y_shards, replicas)]
-        for l in ls:
-            l.backward()
-        for i in range(len(replicas[0])):
-            self.allreduce([r[i].grad for r in replicas])
-        batch = X.shape[0]
+    def shard_loss_and_grads(self, replica, X, y):
+        logits = self.model_ops(replica.model).apply(list(replica), replica.state, X, True)
+        loss = loss_sum(logits, y)
+        loss.backward()
+        return loss.detach(), logits.detach()
+
+    def grads(self, replica):
+        return [p.grad for p in replica]
+
+    def sgd(self, replica, scale):
         with paddle.no_grad():
-            for r in replicas:
-                for p in r:
-                    p.subtract_(p.grad * (lr / batch))
-                    p.clear_gradient(set_to_zero=False)
-            d0 = self.device_of(replicas[0][0])
-            return paddle.add_n([self.to_device(l.detach(), d0) for l in ls]) / batch
+            for p in replica:
+                p.subtract_(p.grad * scale)
+                p.clear_gradient(set_to_zero=False)
+
+    def add(self, values, device):
+        return paddle.add_n([self.to_device(v, device) for v in values])

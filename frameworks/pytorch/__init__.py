@@ -2,12 +2,12 @@
 from common.contract import Backend
 
 from .devices import Devices
-from .lenet import LeNet
+from .models import Models
 from .native import Native
 from .scratch import Scratch
 
 
-class TorchBackend(Devices, LeNet, Scratch, Native, Backend):
+class TorchBackend(Devices, Models, Scratch, Native, Backend):
     name = "pytorch"
 
 

@@ -1,35 +1,42 @@
-"""Native mode: DistributedDataParallel, one process per device."""
-import os
-import socket
-
+"""Native mode: DistributedDataParallel, one process per device (started by
+common.launcher; join() enters the process group)."""
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from common.contract import Trainer
+from common.contract import Trainer, predict_in_batches
 from common.data import shard_bounds
-from common.scratch import predict_in_batches
 
 from .devices import torch_device
-from .lenet import lenet, loss_sum, to_layout
+from .models import loss_sum, to_layout
 
 
-class LeNetModule(nn.Module):
-    def __init__(self, params):
+class OpsModule(nn.Module):
+    """A model of models.py as an nn.Module: its parameters as nn.Parameters, its
+    state (BatchNorm running statistics) as buffers, so DDP sees both."""
+
+    def __init__(self, ops, params, state):
         super().__init__()
-        self.params = nn.ParameterList([nn.Parameter(to_layout(torch.tensor(p))) for p in params])
+        self.ops = ops
+        self.params = nn.ParameterList([nn.Parameter(to_layout(torch.tensor(p)))
+                                        for p in ops.to_framework(params)])
+        for i, s in enumerate(state):
+            self.register_buffer(f"state{i}", torch.tensor(s))
+        self.n_state = len(state)
+
+    def state_tensors(self):
+        return [getattr(self, f"state{i}") for i in range(self.n_state)]
 
     def forward(self, X):
-        return lenet(X, list(self.params))
+        return self.ops.apply(list(self.params), self.state_tensors(), X, self.training)
 
 
 class DDPTrainer(Trainer):
-    def __init__(self, params, device, lr, rank, world):
+    def __init__(self, module, device, lr, rank, world):
         self.device, self.rank, self.world = torch_device(device), rank, world
-        self.module = LeNetModule(params).to(self.device)
+        self.module = module.to(self.device)
         self.model = self.module
         if world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -42,6 +49,7 @@ class DDPTrainer(Trainer):
         lo, hi = shard_bounds(len(X), self.world)[self.rank]
         Xs = torch.from_numpy(X[lo:hi]).to(self.device)
         ys = torch.from_numpy(y[lo:hi]).to(self.device)
+        self.model.train()
         loss = loss_sum(self.model(Xs), ys)
         # DDP averages gradients over ranks; this scale makes the result the gradient
         # of the full batch's mean loss, whatever the shard sizes.
@@ -57,44 +65,40 @@ class DDPTrainer(Trainer):
         return sums.cpu().numpy() / self.batch
 
     def predict(self, X):
+        self.module.eval()
         with torch.no_grad():
             return predict_in_batches(
                 lambda x: self.module(torch.from_numpy(x).to(self.device)).cpu().numpy(), X)
 
     def replica_params(self):
-        return [[p.detach().cpu().numpy().copy() for p in self.module.params]]
+        return [self.module.ops.from_framework(
+            [p.detach().cpu().numpy().copy() for p in self.module.params])]
 
-    def load_params(self, params):
+    def replica_state(self):
+        return [[s.cpu().numpy().copy() for s in self.module.state_tensors()]]
+
+    def load_params(self, params, state):
         with torch.no_grad():
-            for p, v in zip(self.module.params, params):
+            for p, v in zip(self.module.params, self.module.ops.to_framework(params)):
                 p.copy_(torch.from_numpy(np.asarray(v)))
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _entry(rank, fn, world, port, args):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    gpu = torch.cuda.device_count() >= world
-    dist.init_process_group("nccl" if gpu else "gloo", rank=rank, world_size=world)
-    try:
-        fn(rank, world, *args)
-    finally:
-        dist.destroy_process_group()
+            for s, v in zip(self.module.state_tensors(), state):
+                s.copy_(torch.from_numpy(np.asarray(v)))
 
 
 class Native:
-    native_uses_processes = True
-    native_description = ("torch.nn.parallel.DistributedDataParallel, one process per device "
-                          "(gloo on CPU, nccl on GPU)")
-
-    def native_trainer(self, params, devices, lr, rank=0, world=1):
+    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
         if world == 1 and len(devices) > 1:
-            raise ValueError("PyTorch native mode runs one process per device; use spawn")
-        return DDPTrainer(params, devices[0], lr, rank, world)
+            raise ValueError("PyTorch native mode runs one process per device (common.launcher)")
+        from common import models
+        module = OpsModule(self.model_ops(model), params, models.get(model).init_state())
+        return DDPTrainer(module, devices[0], lr, rank, world)
 
-    def spawn(self, fn, nprocs, args):
-        mp.spawn(_entry, args=(fn, nprocs, _free_port(), args), nprocs=nprocs, join=True)
+    def join(self, rank):
+        gpu = torch.cuda.device_count() > rank.local_rank
+        dist.init_process_group("nccl" if gpu else "gloo",
+                                init_method=f"tcp://{rank.master_addr}:{rank.master_port}",
+                                rank=rank.rank, world_size=rank.world_size)
+
+    def leave(self):
+        if dist.is_initialized():
+            dist.destroy_process_group()

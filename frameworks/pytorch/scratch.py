@@ -1,23 +1,34 @@
-"""The chapter's data parallelism written by hand, in PyTorch."""
+"""The chapter's data parallelism by hand, in PyTorch: its primitives. The
+train_batch that strings them together is common/scratch.py's."""
 import torch
-from torch import nn
+
+from common.contract import Replica
+from common.data import shard_bounds
 
 from .devices import torch_device
-from .lenet import lenet, loss_sum, to_layout
+from .models import loss_sum, to_layout
 
 
 class Scratch:
-    def get_params(self, params, device):
+    def get_params(self, params, device, model="lenet", state=None):
         d = torch_device(device)
-        return [to_layout(torch.tensor(p, device=d)).requires_grad_() for p in params]
+        return Replica([to_layout(torch.tensor(p, device=d)).requires_grad_()
+                        for p in self.model_ops(model).to_framework(params)], model, device,
+                       [torch.tensor(s, device=d) for s in (state or [])])
 
     def read_params(self, replica):
-        return [p.detach().cpu().numpy().copy() for p in replica]
+        return self.model_ops(replica.model).from_framework(
+            [p.detach().cpu().numpy().copy() for p in replica])
 
-    def write_params(self, replica, params):
+    def read_state(self, replica):
+        return [s.cpu().numpy().copy() for s in replica.state]
+
+    def write_params(self, replica, params, state=None):
         with torch.no_grad():
-            for p, v in zip(replica, params):
+            for p, v in zip(replica, self.model_ops(replica.model).to_framework(params)):
                 p.copy_(torch.from_numpy(v))
+            for s, v in zip(replica.state, state or []):
+                s.copy_(torch.from_numpy(v))
 
     def allreduce(self, data):
         # In place ([:] =), so every device's tensor -- not a new list entry -- gets the sum.
@@ -28,25 +39,28 @@ class Scratch:
                 data[i][:] = data[0].to(data[i].device)
 
     def split_batch(self, X, y, devices):
+        # contiguous shards as every framework cuts them (nn.parallel.scatter, the
+        # chapter's call, is CUDA-only and sizes uneven shards differently)
         ds = [torch_device(d) for d in devices]
-        if all(d.type == "cuda" for d in ds):
-            return nn.parallel.scatter(X, ds), nn.parallel.scatter(y, ds)
-        # scatter is CUDA-only; on CPUs cut the batch the same way (contiguous chunks)
-        return ([c.to(d) for c, d in zip(X.chunk(len(ds)), ds)],
-                [c.to(d) for c, d in zip(y.chunk(len(ds)), ds)])
+        bounds = shard_bounds(X.shape[0], len(ds))
+        return ([X[lo:hi].to(d, non_blocking=True) for (lo, hi), d in zip(bounds, ds)],
+                [y[lo:hi].to(d, non_blocking=True) for (lo, hi), d in zip(bounds, ds)])
 
-    def train_batch(self, X, y, replicas, devices, lr):
-        X_shards, y_shards = self.split_batch(X, y, devices)
-        ls = [loss_sum(lenet(Xs, W), ys) for Xs, ys, W in zip(X_shards, y_shards, replicas)]
-        for l in ls:
-            l.backward()
-        for i in range(len(replicas[0])):
-            self.allreduce([r[i].grad for r in replicas])
-        batch = X.shape[0]
+    def shard_loss_and_grads(self, replica, X, y):
+        logits = self.model_ops(replica.model).apply(list(replica), replica.state, X, True)
+        loss = loss_sum(logits, y)
+        loss.backward()
+        return loss.detach(), logits.detach()
+
+    def grads(self, replica):
+        return [p.grad for p in replica]
+
+    def sgd(self, replica, scale):
         with torch.no_grad():
-            for r in replicas:
-                torch._foreach_add_(r, [p.grad for p in r], alpha=-lr / batch)
-                for p in r:
-                    p.grad = None
-            d0 = replicas[0][0].device
-            return sum(l.detach().to(d0) for l in ls) / batch
+            torch._foreach_add_(list(replica), [p.grad for p in replica], alpha=-scale)
+        for p in replica:
+            p.grad = None
+
+    def add(self, values, device):
+        d = torch_device(device)
+        return sum(v.to(d) for v in values)

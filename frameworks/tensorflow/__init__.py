@@ -2,12 +2,12 @@
 from common.contract import Backend
 
 from .devices import Devices
-from .lenet import LeNet
+from .models import Models
 from .native import Native
 from .scratch import Scratch
 
 
-class TensorFlowBackend(Devices, LeNet, Scratch, Native, Backend):
+class TensorFlowBackend(Devices, Models, Scratch, Native, Backend):
     name = "tensorflow"
 
 

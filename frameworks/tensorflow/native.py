@@ -3,36 +3,41 @@
 import numpy as np
 import tensorflow as tf
 
-from common.contract import Trainer
+from common import models
+from common.contract import Trainer, predict_in_batches
 from common.data import shard_bounds
-from common.scratch import predict_in_batches
 
 from .devices import tf_device
-from .lenet import from_tf, lenet, loss_sum, to_tf
+from .models import loss_sum
 
 
-def mirrored_params(strategy, variables, replicas):
-    """Each replica's copy of mirrored variables, in the common layout."""
+def mirrored_values(strategy, variables, replicas):
+    """Each replica's copy of mirrored variables, as NumPy arrays."""
     per_var = [strategy.experimental_local_results(v) for v in variables]
-    return [from_tf([vals[i].numpy() for vals in per_var]) for i in range(replicas)]
+    return [[vals[i].numpy() for vals in per_var] for i in range(replicas)]
 
 
 class MirroredTrainer(Trainer):
-    def __init__(self, params, devices, lr):
+    def __init__(self, ops, params, state, devices, lr):
+        self.ops = ops
         self.devices = [tf_device(d) for d in devices]
         self.strategy = tf.distribute.MirroredStrategy(self.devices)
         with self.strategy.scope():
             # SUM: an update made in a replica is all-reduced by the strategy, so the
             # sum of the shards' updates is applied once to every copy.
             self.vars = [tf.Variable(p, aggregation=tf.VariableAggregation.SUM)
-                         for p in to_tf(params)]
+                         for p in ops.to_framework(params)]
+            # state (BatchNorm running statistics): each replica keeps its own shard's
+            self.state = [tf.Variable(s, trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
+                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+                          for s in state]
         self.lr = lr
         self._step = tf.function(self._distributed_step)
-        self._logits = tf.function(lambda X: lenet(X, self.vars))
+        self._logits = tf.function(lambda X: ops.apply(self.vars, self.state, X, False))
 
     def _replica_step(self, X, y, batch):
         with tf.GradientTape() as tape:
-            loss = loss_sum(lenet(X, self.vars), y)
+            loss = loss_sum(self.ops.apply(self.vars, self.state, X, True), y)
         for v, g in zip(self.vars, tape.gradient(loss, self.vars)):
             v.assign_sub(self.lr * g / batch)
         return loss
@@ -60,17 +65,20 @@ class MirroredTrainer(Trainer):
             return predict_in_batches(lambda x: self._logits(tf.constant(x)).numpy(), X)
 
     def replica_params(self):
-        return mirrored_params(self.strategy, self.vars, len(self.devices))
+        return [self.ops.from_framework(r)
+                for r in mirrored_values(self.strategy, self.vars, len(self.devices))]
 
-    def load_params(self, params):
-        for v, p in zip(self.vars, to_tf(params)):
+    def replica_state(self):
+        return mirrored_values(self.strategy, self.state, len(self.devices))
+
+    def load_params(self, params, state):
+        for v, p in zip(self.vars, self.ops.to_framework(params)):
             v.assign(p)
+        for v, s in zip(self.state, state):
+            v.assign(s)
 
 
 class Native:
-    native_uses_processes = False
-    native_description = ("tf.distribute.MirroredStrategy, custom loop with strategy.run and "
-                          "strategy.reduce in a tf.function")
-
-    def native_trainer(self, params, devices, lr, rank=0, world=1):
-        return MirroredTrainer(params, devices, lr)
+    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
+        return MirroredTrainer(self.model_ops(model), params, models.get(model).init_state(),
+                               devices, lr)

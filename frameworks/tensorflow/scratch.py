@@ -1,34 +1,37 @@
-"""The chapter's data parallelism written by hand, in TensorFlow (d2l has none):
-a replica of variables per device, a GradientTape per shard, an allreduce of
-gradient buffers by hand, SGD on every replica; the whole step in one tf.function."""
+"""The chapter's data parallelism by hand, in TensorFlow (d2l has none): a replica
+of variables per device with a gradient buffer for each, a GradientTape per shard,
+an allreduce of the buffers by hand, SGD on every replica. common/scratch.py's
+train_batch strings them together; here it is compiled into one tf.function."""
 import tensorflow as tf
 
+from common.contract import Replica
+from common.data import shard_bounds
+from common.scratch import train_batch
+
 from .devices import tf_device
-from .lenet import from_tf, lenet, loss_sum, to_tf
-
-
-class Replica(list):
-    """A device's parameter variables, with a gradient buffer for each
-    (TensorFlow's answer to MXNet's attach_grad)."""
-
-    def __init__(self, variables, grads):
-        super().__init__(variables)
-        self.grads = grads
+from .models import loss_sum
 
 
 class Scratch:
-    def get_params(self, params, device):
+    def get_params(self, params, device, model="lenet", state=None):
         with tf.device(tf_device(device)):
-            variables = [tf.Variable(p) for p in to_tf(params)]
+            variables = [tf.Variable(p) for p in self.model_ops(model).to_framework(params)]
+            # gradient buffers: TensorFlow's answer to MXNet's attach_grad
             grads = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
-        return Replica(variables, grads)
+            state = [tf.Variable(s, trainable=False) for s in (state or [])]
+        return Replica(variables, model, device, state, grads)
 
     def read_params(self, replica):
-        return from_tf([v.numpy() for v in replica])
+        return self.model_ops(replica.model).from_framework([v.numpy() for v in replica])
 
-    def write_params(self, replica, params):
-        for v, p in zip(replica, to_tf(params)):
+    def read_state(self, replica):
+        return [s.numpy() for s in replica.state]
+
+    def write_params(self, replica, params, state=None):
+        for v, p in zip(replica, self.model_ops(replica.model).to_framework(params)):
             v.assign(p)
+        for s, v in zip(replica.state, state or []):
+            s.assign(v)
 
     def allreduce(self, data):
         with tf.device(data[0].device):
@@ -39,40 +42,41 @@ class Scratch:
                 a.assign(total)            # in place: every device's buffer gets the sum
 
     def split_batch(self, X, y, devices):
-        n = len(devices)
-        Xs, ys = tf.split(X, n), tf.split(y, n)
+        # slices by common.data.shard_bounds: a batch the device count does not divide
+        # is cut as every other framework cuts it (tf.split needs equal parts)
         out_X, out_y = [], []
-        for a, b, d in zip(Xs, ys, devices):
+        for (lo, hi), d in zip(shard_bounds(int(X.shape[0]), len(devices)), devices):
             with tf.device(tf_device(d)):
-                out_X.append(tf.identity(a))
-                out_y.append(tf.identity(b))
+                out_X.append(tf.identity(X[lo:hi]))
+                out_y.append(tf.identity(y[lo:hi]))
         return out_X, out_y
 
-    def _train_batch(self, X, y, replicas, devices, lr):
-        X_shards, y_shards = self.split_batch(X, y, devices)
-        losses = []
-        for Xs, ys, r, d in zip(X_shards, y_shards, replicas, devices):
-            with tf.device(tf_device(d)):
-                with tf.GradientTape() as tape:
-                    l = loss_sum(lenet(Xs, r), ys)
-                for buf, g in zip(r.grads, tape.gradient(l, list(r))):
-                    buf.assign(g)
-                losses.append(l)
-        for i in range(len(replicas[0])):
-            self.allreduce([r.grads[i] for r in replicas])
-        batch = tf.cast(tf.shape(X)[0], tf.float32)
-        for r, d in zip(replicas, devices):
-            with tf.device(tf_device(d)):
-                for v, g in zip(r, r.grads):
-                    v.assign_sub(lr * g / batch)
-        with tf.device(tf_device(devices[0])):
-            return tf.add_n(losses) / batch
+    def shard_loss_and_grads(self, replica, X, y):
+        with tf.device(tf_device(replica.device)):
+            with tf.GradientTape() as tape:
+                logits = self.model_ops(replica.model).apply(list(replica), replica.state, X, True)
+                loss = loss_sum(logits, y)
+            for buf, g in zip(replica.grads, tape.gradient(loss, list(replica))):
+                buf.assign(g)
+        return loss, logits
+
+    def grads(self, replica):
+        return replica.grads
+
+    def sgd(self, replica, scale):
+        with tf.device(tf_device(replica.device)):
+            for v, g in zip(replica, replica.grads):
+                v.assign_sub(scale * g)
+
+    def add(self, values, device):
+        with tf.device(tf_device(device)):
+            return tf.add_n(values)
 
     def train_batch(self, X, y, replicas, devices, lr):
         # one compiled graph per replica set (it closes over their variables)
         key = (tuple(id(r) for r in replicas), tuple(devices), lr)
         cache = self.__dict__.setdefault("_compiled", {})
         if key not in cache:
-            fn = tf.function(lambda X, y: self._train_batch(X, y, replicas, devices, lr))
+            fn = tf.function(lambda X, y: train_batch(self, X, y, replicas, devices, lr))
             cache[key] = (fn, replicas)    # keeping the replicas keeps their ids unique
         return cache[key][0](X, y)

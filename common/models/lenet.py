@@ -1,6 +1,7 @@
 """The chapter's LeNet, defined once: parameter shapes, the shared initial weights,
 and a NumPy reference of the forward and backward pass (the oracle every framework
-is tested against).
+is tested against). The model API every file in common/models follows is in
+common/models/__init__.py.
 
 Layout is the chapter's (PyTorch/MXNet): images NCHW, conv weights OIHW, dense
 weights (in, out). Frameworks with other layouts convert at their edge.
@@ -10,12 +11,18 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+NAME = "lenet"
 PARAM_NAMES = ("W1", "b1", "W2", "b2", "W3", "b3", "W4", "b4")
 PARAM_SHAPES = ((20, 1, 3, 3), (20,), (50, 20, 5, 5), (50,),
                 (800, 128), (128,), (128, 10), (10,))
+STATE_NAMES: tuple = ()           # no BatchNorm: nothing but the parameters
+STATE_SHAPES: tuple = ()
 NUM_CLASSES = 10
 IMAGE_SHAPE = (1, 28, 28)
 INIT_SCALE = 0.01
+# multiply-adds x 2 of the forward pass (conv1 26x26x20x9, conv2 9x9x50x500, two dense),
+# and about twice that again for the backward pass
+TRAIN_FLOPS_PER_IMAGE = 3 * 2 * (26 * 26 * 20 * 9 + 9 * 9 * 50 * 500 + 800 * 128 + 128 * 10)
 
 
 def init_params(seed: int) -> list[np.ndarray]:
@@ -23,6 +30,10 @@ def init_params(seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [(rng.standard_normal(s) * INIT_SCALE).astype(np.float32) if len(s) > 1
             else np.zeros(s, np.float32) for s in PARAM_SHAPES]
+
+
+def init_state() -> list[np.ndarray]:
+    return []
 
 
 # --- NumPy reference (float64 inside, so that it is the more exact side) ---
@@ -59,8 +70,8 @@ def _avgpool_backward(X_shape, dout):
     return dX
 
 
-def forward(params, X):
-    """Logits of the chapter's LeNet for images X (N,1,28,28)."""
+def forward(params, X, state=None, training=False):
+    """Logits of the chapter's LeNet for images X (N,1,28,28); no state, no mode."""
     return _forward(params, X)[0]
 
 
@@ -82,9 +93,9 @@ def cross_entropy(logits, y):
     return -logp[np.arange(len(y)), y]
 
 
-def loss_and_grads(params, X, y):
+def loss_and_grads(params, X, y, state=None, unbiased_running_var=True):
     """Summed cross-entropy over the batch, the logits, and the gradient of the sum
-    with respect to every parameter (float64)."""
+    with respect to every parameter (float64). LeNet has no state to update."""
     W1, b1, W2, b2, W3, b3, W4, b4 = (np.asarray(p, np.float64) for p in params)
     logits, (X, c1, a1, h1, c2, a2, h2, f, z3, h3) = _forward(params, X)
     loss = cross_entropy(logits, y).sum()
@@ -100,16 +111,3 @@ def loss_and_grads(params, X, y):
     dc1 = _avgpool_backward(a1.shape, dh1) * (c1 > 0)
     _, dW1, db1 = _conv_backward(X, W1, dc1, need_dx=False)
     return loss, logits, [dW1, db1, dW2, db2, dW3, db3, dW4, db4]
-
-
-def sgd_steps(params, batches, lr):
-    """The reference training: SGD on the summed loss divided by the batch size.
-    Returns the mean loss of every step and the final parameters."""
-    params = [np.asarray(p, np.float64).copy() for p in params]
-    losses = []
-    for X, y in batches:
-        loss, _, grads = loss_and_grads(params, X, y)
-        losses.append(loss / len(y))
-        for p, g in zip(params, grads):
-            p -= lr * g / len(y)
-    return np.array(losses), params

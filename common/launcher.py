@@ -1,0 +1,95 @@
+"""Starting the processes of a multi-process run: not a backend's job.
+
+The launcher starts ranks and hands each one its rank, world size, local rank and
+master address through the environment (RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT: torchrun's names, which Horovod and
+Paddle's launcher also set or read); a backend only joins the process group
+(Backend.join) and picks its device from the local rank. Today ranks are local
+processes; a multi-node launcher hands out the same variables."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+from dataclasses import dataclass
+from typing import Callable
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+
+    def env(self) -> dict[str, str]:
+        return {"RANK": str(self.rank), "WORLD_SIZE": str(self.world_size),
+                "LOCAL_RANK": str(self.local_rank), "LOCAL_WORLD_SIZE": str(self.local_world_size),
+                "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port)}
+
+    @classmethod
+    def from_env(cls) -> RankInfo:
+        """This process's place in the run, as its launcher set it."""
+        try:
+            e = os.environ
+            return cls(int(e["RANK"]), int(e["WORLD_SIZE"]), int(e["LOCAL_RANK"]),
+                       int(e.get("LOCAL_WORLD_SIZE", e["WORLD_SIZE"])), e["MASTER_ADDR"],
+                       int(e["MASTER_PORT"]))
+        except KeyError as missing:
+            raise LaunchError(f"{missing} is not set: this process was not started by a "
+                              "launcher (common.launcher, torchrun)") from None
+
+
+def free_port(addr: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]
+
+
+def _child(env: dict, fn: Callable, args: tuple) -> None:
+    os.environ.update(env)          # before fn imports any framework
+    fn(*args)
+
+
+def launch(fn: Callable, nprocs: int, args: tuple = (), env: dict | None = None) -> None:
+    """Run fn(*args) in nprocs fresh local processes (the spawn method: no framework
+    state is inherited), each with its RankInfo in the environment; wait for all.
+    If one fails, the others are stopped and LaunchError names the failed ranks."""
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    procs = []
+    for r in range(nprocs):
+        info = RankInfo(r, nprocs, r, nprocs, "127.0.0.1", port)
+        procs.append(ctx.Process(target=_child, args=({**(env or {}), **info.env()}, fn, args),
+                                 name=f"rank{r}"))
+    for p in procs:
+        p.start()
+    failed = []
+    try:
+        pending = list(procs)
+        while pending:
+            for p in list(pending):
+                p.join(timeout=0.2)
+                if p.exitcode is None:
+                    continue
+                pending.remove(p)
+                if p.exitcode != 0:
+                    failed.append(p)
+            if failed:
+                break
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(5)
+                if p.is_alive():
+                    p.kill()
+    if failed:
+        codes = ", ".join(f"{p.name} exit code {p.exitcode}" for p in failed)
+        raise LaunchError(f"{len(failed)} of {nprocs} ranks failed ({codes}); see the log")

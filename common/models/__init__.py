@@ -1,0 +1,61 @@
+"""Models as plug-ins. Each module here defines one model once, in NumPy:
+
+    NAME                      the name on the command line (--model NAME)
+    PARAM_NAMES, PARAM_SHAPES the parameter list in the common layout (images NCHW,
+                              conv weights OIHW, dense weights (in, out))
+    STATE_NAMES, STATE_SHAPES state that training updates besides the parameters
+                              (BatchNorm's running statistics; empty for LeNet)
+    init_params(seed), init_state()   the initial values every framework starts from
+    forward(params, X, state=None, training=False)          logits (float64)
+    loss_and_grads(params, X, y, state=None, unbiased_running_var=True)
+                              summed cross-entropy, logits and the gradient of the sum
+                              (training mode; updates `state` in place when given)
+    TRAIN_FLOPS_PER_IMAGE     the cost of a training step, for estimates
+
+Each framework supplies the same model in its own ops (frameworks/<name>/models.py);
+adding a model is one file here, one entry in each framework's models.py, and its
+name in NAMES below.
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+import numpy as np
+
+NAMES = ("lenet",)   # resnet18 joins once every framework has it
+
+
+class UnknownModel(ValueError):
+    pass
+
+
+def get(name: str) -> ModuleType:
+    if name not in NAMES:
+        raise UnknownModel(f"unknown model {name!r}; choose from: {', '.join(NAMES)}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def sgd_steps(model: ModuleType, params, batches, lr: float, state=None, shards: int = 1,
+              unbiased_running_var: bool = True):
+    """The reference training: SGD on the summed loss divided by the batch size, in
+    float64. With shards > 1 each batch is cut as the frameworks cut it and every shard
+    goes through the model on its own (BatchNorm normalises with that shard's
+    statistics, as each replica of unsynchronised data parallelism does) and the
+    shards' gradients are summed; `state` then follows the first shard, as the first
+    replica's does. Returns the mean loss of every step and the final parameters."""
+    from ..data import shard_bounds
+    params = [np.asarray(p, np.float64).copy() for p in params]
+    losses = []
+    for X, y in batches:
+        total, grads = 0.0, None
+        for i, (lo, hi) in enumerate(shard_bounds(len(y), shards)):
+            loss, _, g = model.loss_and_grads(params, X[lo:hi], y[lo:hi],
+                                              state=state if i == 0 else None,
+                                              unbiased_running_var=unbiased_running_var)
+            total += loss
+            grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+        losses.append(total / len(y))
+        for p, g in zip(params, grads):
+            p -= lr * g / len(y)
+    return np.array(losses), params

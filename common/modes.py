@@ -1,0 +1,59 @@
+"""Modes of data parallelism as registered objects. A mode says how it builds a
+trainer and how many processes it runs; training.run, compare and the report ask
+it instead of branching on its name. A new mode is one class here (and, where it
+needs framework calls, a method in each framework package)."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from . import models, registry
+from .contract import Backend, NotApplicable, Trainer
+
+
+@dataclass(frozen=True)
+class Mode(ABC):
+    name: str
+    description: str
+
+    def processes(self, framework: str, devices: int) -> int:
+        """How many processes a run on `devices` devices uses (one, unless per device)."""
+        return 1
+
+    def gap(self, framework: str, sync_bn: bool = False) -> str | None:
+        """Why this framework cannot run this mode (KNOWN_GAPS), or None."""
+        return (registry.KNOWN_GAPS.get((framework, self.name))
+                or (registry.KNOWN_GAPS.get((framework, "sync-bn")) if sync_bn else None))
+
+    @abstractmethod
+    def trainer(self, backend: Backend, cfg, devices: list[str], rank: int = 0,
+                world: int = 1) -> Trainer:
+        """The trainer of a run with RunConfig `cfg` on `devices` (in rank `rank` of `world`)."""
+
+
+class Scratch(Mode):
+    def trainer(self, backend, cfg, devices, rank=0, world=1):
+        if cfg.sync_bn:
+            raise NotApplicable("the chapter's scratch mode normalises each shard with its own "
+                                "statistics; synchronised BatchNorm is a native-mode option")
+        model = models.get(cfg.model)
+        from .scratch import ScratchTrainer
+        return ScratchTrainer(backend, cfg.model, model.init_params(cfg.seed), model.init_state(),
+                              devices, cfg.lr)
+
+
+class Native(Mode):
+    def processes(self, framework, devices):
+        return devices if registry.facts(framework).native_processes else 1
+
+    def trainer(self, backend, cfg, devices, rank=0, world=1):
+        return backend.native_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed),
+                                      devices, cfg.lr, rank, world, sync_bn=cfg.sync_bn)
+
+
+MODES: dict[str, Mode] = {m.name: m for m in (
+    Scratch("scratch", "the chapter's data parallelism written by hand: get_params, "
+                       "split_batch, allreduce, train_batch"),
+    Native("native", "the framework's own data parallelism"),
+)}
+NAMES = tuple(MODES)
