@@ -61,20 +61,27 @@ def conformance(tmp_path_factory):
     return get
 
 
+# The batch and learning rate of the tests' worker runs, per model: LeNet's are the
+# chapter's; ResNet-18 (about 200x LeNet's cost per image) runs on small batches at
+# the chapter's one-device learning rate.
+RUN_SHAPE = {"lenet": {"batch_size": 256, "lr": 0.2}, "resnet18": {"batch_size": 8, "lr": 0.1}}
+
+
 @pytest.fixture(scope="session")
 def worker_record(tmp_path_factory):
-    """(framework, mode, devices, steps) -> the record of a real worker run on
-    synthetic data, run once and shared by the tests that need it."""
+    """(framework, mode, devices, model, steps, sync_bn) -> the record of a real worker
+    run on synthetic data, run once and shared by the tests that need it."""
     cache = {}
 
-    def get(framework, mode, devices, steps=20, batch_size=256):
-        key = (framework, mode, devices, steps, batch_size)
+    def get(framework, mode, devices, model="lenet", steps=20, sync_bn=False):
+        key = (framework, mode, devices, model, steps, sync_bn)
         if key not in cache:
             if not registry.is_installed(framework):
                 pytest.fail(f"{framework} is required here but not installed")
             out = tmp_path_factory.mktemp("runs") / f"{framework}-{mode}-{devices}.json"
-            cfg = {"framework": framework, "mode": mode, "devices": devices, "dataset": "synthetic",
-                   "epochs": 1, "steps_per_epoch": steps, "batch_size": batch_size, "threads": 2}
+            cfg = {"framework": framework, "mode": mode, "devices": devices, "model": model,
+                   "dataset": "synthetic", "epochs": 1, "steps_per_epoch": steps,
+                   "sync_bn": sync_bn, "threads": 2, **RUN_SHAPE[model]}
             proc = run_python(["-m", "benchmarks.worker", json.dumps(cfg), str(out)], threads=2)
             assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
             cache[key] = json.loads(out.read_text())
