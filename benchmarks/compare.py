@@ -88,6 +88,8 @@ def build_parser() -> Parser:
     p.add_argument("--data-dir", default=None, help="folder with the four Fashion-MNIST IDX files")
     p.add_argument("--steps-per-epoch", type=_positive, default=None,
                    help="cap on steps per epoch, for quick runs")
+    p.add_argument("--eval-samples", type=_positive, default=None,
+                   help="evaluate on the first N test images only (default: all), for quick looks")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=_positive, default=os.cpu_count() or 1,
                    help="CPU threads per run (split between the processes of a multi-process run)")
@@ -195,7 +197,7 @@ def main(argv=None) -> int:
                       batch_size=args.batch_per_device * n if weak else args.batch_size,
                       lr=args.lr * n if weak else args.lr, batch_per_device=args.batch_per_device,
                       sync_bn=args.sync_bn, seed=args.seed, threads=args.threads,
-                      steps_per_epoch=args.steps_per_epoch)
+                      steps_per_epoch=args.steps_per_epoch, eval_samples=args.eval_samples)
             for f in frameworks for m in modes for n in counts]
     records = []
     columns = (TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),

@@ -111,7 +111,9 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
         f"GPU: {env.get('gpu_model') or 'none'}; {env.get('os', '?')}, Python {env.get('python', '?')}",
         f"Libraries: {libs}", "",
         f"Dataset {cfg.get('dataset')}, {cfg.get('epochs')} epoch(s), {batch}, "
-        f"seed {cfg.get('seed')}, {cfg.get('threads')} threads per run.", "",
+        f"seed {cfg.get('seed')}, {cfg.get('threads')} threads per run"
+        + (f", test accuracy on the first {cfg['eval_samples']} test images" if cfg.get("eval_samples")
+           else "") + ".", "",
         "sec/epoch is the median over epochs, timed with the device synchronised; warm-up "
         "is excluded (in each record as warmup_sec). Speed-up and efficiency are against the "
         "same framework and mode on 1 device. Train loss is the last epoch's mean. Peak memory is the device allocator's peak on "

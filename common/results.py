@@ -18,7 +18,7 @@ RECORD_KEYS = (
     # what was run
     "framework", "framework_version", "model", "mode", "devices", "device_names", "device_kind",
     "processes", "native_mechanism", "dataset", "epochs", "batch_size", "batch_per_device",
-    "scaling", "lr", "sync_bn", "seed", "threads",
+    "scaling", "lr", "sync_bn", "seed", "threads", "eval_samples",
     # what it measured
     "warmup_sec", "estimated_sec_per_epoch", "sec_per_epoch", "steps_per_epoch",
     "samples_per_sec", "eval_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
@@ -47,6 +47,7 @@ class RunConfig:
     seed: int = 0
     threads: int = 2
     steps_per_epoch: int | None = None
+    eval_samples: int | None = None    # cap on the test images evaluated (None: all)
     warmup_steps: int = 2
 
     def to_dict(self) -> dict:
@@ -60,7 +61,8 @@ def new_record(cfg: RunConfig) -> dict:
                   dataset=cfg.dataset, epochs=cfg.epochs, batch_size=cfg.batch_size,
                   batch_per_device=cfg.batch_per_device,
                   scaling="weak" if cfg.batch_per_device else "fixed", lr=cfg.lr,
-                  sync_bn=cfg.sync_bn, seed=cfg.seed, threads=cfg.threads, status="failed",
+                  sync_bn=cfg.sync_bn, seed=cfg.seed, threads=cfg.threads,
+                  eval_samples=cfg.eval_samples, status="failed",
                   sec_per_epoch=[], train_loss=[], step_losses=[], device_names=[])
     return record
 

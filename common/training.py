@@ -36,6 +36,7 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     params0, state0 = model.init_params(cfg.seed), model.init_state()
     orders = [data_mod.batch_order(len(ds.X_train), cfg.batch_size, e, cfg.seed)
               [: cfg.steps_per_epoch] for e in range(cfg.epochs)]
+    X_test, y_test = ds.X_test[: cfg.eval_samples], ds.y_test[: cfg.eval_samples]
     out = {"sec_per_epoch": [], "train_loss": [], "step_losses": [], "test_accuracy_per_epoch": [],
            "eval_sec": []}
 
@@ -68,9 +69,9 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
             out["step_losses"] += [float(v) for v in losses[: STEP_LOSSES_KEPT - len(out["step_losses"])]]
         if evaluate:
             t0 = time.perf_counter()
-            pred = trainer.predict(ds.X_test)
+            pred = trainer.predict(X_test)
             out["eval_sec"].append(time.perf_counter() - t0)
-            out["test_accuracy_per_epoch"].append(float((pred == ds.y_test).mean()))
+            out["test_accuracy_per_epoch"].append(float((pred == y_test).mean()))
     if evaluate:
         out["test_accuracy"] = out["test_accuracy_per_epoch"][-1] if orders else None
     steps = sum(len(o) for o in orders)

@@ -64,7 +64,8 @@ def conformance(tmp_path_factory):
 # The batch and learning rate of the tests' worker runs, per model: LeNet's are the
 # chapter's; ResNet-18 (about 200x LeNet's cost per image) runs on small batches at
 # the chapter's one-device learning rate.
-RUN_SHAPE = {"lenet": {"batch_size": 256, "lr": 0.2}, "resnet18": {"batch_size": 8, "lr": 0.1}}
+RUN_SHAPE = {"lenet": {"batch_size": 256, "lr": 0.2},
+             "resnet18": {"batch_size": 8, "lr": 0.1, "eval_samples": 64}}
 
 
 @pytest.fixture(scope="session")
