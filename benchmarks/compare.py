@@ -69,8 +69,9 @@ def build_parser() -> Parser:
                    help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}")
     p.add_argument("--model", default="lenet", choices=models.NAMES,
                    help="the network to train (resnet18 costs about 200x LeNet per image)")
-    p.add_argument("--mode", default="all", choices=(*MODES, "all"),
-                   help="; ".join(f"{m.name}: {m.description}" for m in MODES.values()))
+    p.add_argument("--mode", default=",".join(m.name for m in MODES.values() if m.default),
+                   help="all, or a comma-separated list of: " +
+                        "; ".join(f"{m.name} ({m.description})" for m in MODES.values()))
     p.add_argument("--devices", type=_device_counts, default=None,
                    help="device counts to run, e.g. 1,2 (default: 1 and every GPU; "
                         "1 and 2 virtual CPU devices without GPUs)")
@@ -123,7 +124,11 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
                 registry.check_name(f)
             except registry.UnknownFramework as e:
                 raise UsageError(f"{e} (or all)") from None
-    modes = list(MODES) if args.mode == "all" else [args.mode]
+    modes = list(MODES) if args.mode == "all" else list(dict.fromkeys(
+        m.strip() for m in args.mode.split(",") if m.strip()))
+    for m in modes:
+        if m not in MODES:
+            raise UsageError(f"unknown mode {m!r}; choose from: {', '.join(MODES)} (or all)")
     gpus = gpu_count()
     counts = args.devices or (sorted({1, gpus}) if gpus else [1, 2])
     if args.sync_bn and not models.get(args.model).STATE_NAMES:

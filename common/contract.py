@@ -266,3 +266,8 @@ class Backend(ABC):
                        lr: float, rank: int = 0, world: int = 1, sync_bn: bool = False) -> Trainer:
         """In-process trainer over `devices`; in a multi-process run, rank `rank` of
         `world` on `devices[0]`, its process group already joined (see join)."""
+
+    def dataparallel_trainer(self, model: str, params: Sequence[np.ndarray],
+                             devices: Sequence[str], lr: float) -> Trainer:
+        """The dataparallel mode (torch.nn.DataParallel): PyTorch's alone (KNOWN_GAPS)."""
+        raise NotApplicable(registry.KNOWN_GAPS[(self.name, "dataparallel")])

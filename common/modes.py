@@ -15,6 +15,7 @@ from .contract import Backend, NotApplicable, Trainer
 class Mode(ABC):
     name: str
     description: str
+    default: bool = True          # run by compare unless --mode names the modes
 
     def processes(self, framework: str, devices: int) -> int:
         """How many processes a run on `devices` devices uses (one, unless per device)."""
@@ -51,9 +52,18 @@ class Native(Mode):
                                       devices, cfg.lr, rank, world, sync_bn=cfg.sync_bn)
 
 
+class DataParallel(Mode):
+    def trainer(self, backend, cfg, devices, rank=0, world=1):
+        return backend.dataparallel_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed),
+                                            devices, cfg.lr)
+
+
 MODES: dict[str, Mode] = {m.name: m for m in (
     Scratch("scratch", "the chapter's data parallelism written by hand: get_params, "
                        "split_batch, allreduce, train_batch"),
     Native("native", "the framework's own data parallelism"),
+    DataParallel("dataparallel", "torch.nn.DataParallel, the chapter's concise PyTorch: one "
+                                 "process replicating the module onto every GPU each step",
+                 default=False),
 )}
 NAMES = tuple(MODES)

@@ -87,4 +87,9 @@ def get(name: str):
 KNOWN_GAPS: dict[tuple[str, str], str] = {
     ("keras", "scratch"): "Keras has no from-scratch training loop of its own: its "
                           "data parallelism is model.fit under a distribution strategy",
+    **{(name, "dataparallel"): f"nn.DataParallel is PyTorch's; {name}'s single-process "
+                               "multi-device data parallelism is its native mode"
+       for name in ("tensorflow", "mxnet", "keras")},
+    ("paddle", "dataparallel"): "Paddle has no single-process multi-device data parallelism: "
+                                "paddle.DataParallel (its native mode) runs a process per device",
 }

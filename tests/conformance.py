@@ -232,23 +232,39 @@ def native_trainer_matches_oracle(b, name):
     assert trainer.predict(batches[0][0]).shape == (len(batches[0][0]),)
 
 
+def _gap_probes(b):
+    """capability -> calls that must each raise NotApplicable while it is a known gap;
+    once it is gone, the first (a valid call) must not."""
+    lenet = models.get("lenet")
+    params, devices = lenet.init_params(0), b.devices(1)
+    with_state = [m for m in models.NAMES if models.get(m).STATE_NAMES]
+    return {
+        "scratch": [lambda: b.get_params(params, devices[0]), lambda: b.allreduce([]),
+                    lambda: b.train_batch(None, None, [], devices, 0.2)],
+        "dataparallel": [lambda: b.dataparallel_trainer("lenet", params, devices, 0.2)],
+        "sync-bn": [lambda: b.native_trainer(
+            m, models.get(m).init_params(0), b.devices(1 if b.facts.native_processes else 2),
+            0.2, sync_bn=True) for m in with_state],
+    }
+
+
 @check(per_model=False)
 def known_gaps_still_gaps(b):
-    """A listed gap must still be one; an unlisted mode must not raise NotApplicable."""
-    params, devices = models.get("lenet").init_params(0), b.devices(1)
-    scratch = [lambda: b.get_params(params, devices[0]),
-               lambda: b.allreduce([]),
-               lambda: b.train_batch(None, None, [], devices, 0.2)]
-    if (b.name, "scratch") not in registry.KNOWN_GAPS:
-        b.get_params(params, devices[0])
-        return
-    for call in scratch:
-        try:
-            call()
-        except NotApplicable:
-            continue
-        raise AssertionError(f"{b.name} scratch is listed in KNOWN_GAPS but now works: "
-                             "remove it from common.registry.KNOWN_GAPS")
+    """A listed gap must still be one; an unlisted one must not raise NotApplicable
+    (dataparallel needs GPUs: without them it may say so)."""
+    for capability, calls in _gap_probes(b).items():
+        gap = registry.KNOWN_GAPS.get((b.name, capability))
+        for call in (calls if gap else calls[:1]):
+            try:
+                call()
+            except NotApplicable as e:
+                if gap or (capability == "dataparallel" and not b.num_gpus()):
+                    continue
+                raise AssertionError(f"{b.name} {capability} raised NotApplicable ({e}) but is "
+                                     "not listed in common.registry.KNOWN_GAPS")
+            if gap:
+                raise AssertionError(f"{b.name} {capability} is listed in KNOWN_GAPS but now "
+                                     "works: remove it from common.registry.KNOWN_GAPS")
 
 
 def run_checks(b, model_names) -> dict:

@@ -8,6 +8,9 @@ from tests.conftest import covered, run_python
 
 BAD_INPUT = [
     (["--framework", "caffe"], "unknown framework 'caffe'"),
+    (["--mode", "scratch,magic"], "unknown mode 'magic'"),
+    (["--model", "vgg"], "invalid choice: 'vgg'"),
+    (["--sync-bn"], "--sync-bn needs a model with BatchNorm"),
     (["--devices", "0"], "device counts must be 1 or more"),
     (["--devices", "1,x"], "--devices takes device counts"),
     (["--batch-size", "1", "--devices", "1,2"], "smaller than 2 devices"),

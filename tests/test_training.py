@@ -132,3 +132,17 @@ def test_records_hold_exactly_the_schema_keys(worker_record, framework):
         record = worker_record(framework, mode, 1, steps=steps)
         assert set(record) <= set(RECORD_KEYS), set(record) - set(RECORD_KEYS)
         assert set(RECORD_KEYS) - {"traceback"} <= set(record), set(RECORD_KEYS) - set(record)
+
+
+@pytest.mark.parametrize("framework", covered())
+def test_dataparallel_mode_is_pytorch_on_gpus(worker_record, framework):
+    """The chapter's nn.DataParallel: PyTorch on several GPUs; not-applicable, with the
+    reason, for the other frameworks (a known gap) and without GPUs."""
+    record = worker_record(framework, "dataparallel", 2, steps=2)
+    gap = registry.KNOWN_GAPS.get((framework, "dataparallel"))
+    if gap:
+        assert record["status"] == "not-applicable" and record["error"] == gap, record["error"]
+    elif record["device_kind"] == "gpu" or record["status"] == "ok":
+        _ok(record)
+    else:
+        assert record["status"] == "not-applicable" and "needs CUDA GPUs" in record["error"]

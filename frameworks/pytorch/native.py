@@ -6,7 +6,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from common.contract import Trainer, predict_in_batches
+from common.contract import NotApplicable, Trainer, predict_in_batches
 from common.data import shard_bounds
 
 from .devices import torch_device
@@ -85,7 +85,37 @@ class DDPTrainer(Trainer):
                 s.copy_(torch.from_numpy(np.asarray(v)))
 
 
+class DataParallelTrainer(DDPTrainer):
+    """The chapter's concise PyTorch: nn.DataParallel in one process replicates the
+    module onto every GPU in each step, scatters the batch (torch.chunk: shards
+    differ from common.data.shard_bounds only when the device count does not divide
+    the batch) and sums the gradients onto the first GPU. BatchNorm's running
+    statistics come from the first GPU's replica alone."""
+
+    def __init__(self, module, devices, lr):
+        super().__init__(module, devices[0], lr, rank=0, world=1)
+        self.model = nn.DataParallel(self.module, device_ids=[torch_device(d).index for d in devices])
+
+    def step(self, X, y):
+        self.batch = len(X)
+        self.model.train()
+        loss = loss_sum(self.model(torch.from_numpy(X).to(self.device)),
+                        torch.from_numpy(y).to(self.device))
+        (loss / self.batch).backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+
 class Native:
+    def dataparallel_trainer(self, model, params, devices, lr):
+        if not all(d.startswith("gpu") for d in devices):
+            raise NotApplicable("torch.nn.DataParallel needs CUDA GPUs: without them it calls "
+                                "the module on one device, no data parallelism")
+        from common import models
+        module = OpsModule(self.model_ops(model), params, models.get(model).init_state())
+        return DataParallelTrainer(module, devices, lr)
+
     def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
         if world == 1 and len(devices) > 1:
             raise ValueError("PyTorch native mode runs one process per device (common.launcher)")
