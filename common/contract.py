@@ -28,6 +28,10 @@ class NotApplicable(NotImplementedError):
     """The framework has no such thing; the message says why. Recorded as data."""
 
 
+class NeedsGPU(NotApplicable):
+    """The framework has it, but only on GPUs (not a known gap: it runs where GPUs are)."""
+
+
 def predict_in_batches(logits_of: Callable[[np.ndarray], Any], X: np.ndarray) -> np.ndarray:
     """Class ids for X, evaluated EVAL_BATCH images at a time to bound memory."""
     return np.concatenate([np.asarray(logits_of(X[i:i + EVAL_BATCH])).argmax(axis=1)
@@ -47,6 +51,10 @@ class Replica(list):
 
 class ModelOps(ABC):
     """One model of common/models written in one framework's ops (frameworks/<fw>/models.py)."""
+    # BatchNorm's running variance: the unbiased batch variance (PyTorch) or the biased one
+    unbiased_running_var: bool = True
+    # keep 4-D weights in channels-last memory where the framework offers it
+    channels_last: bool = False
 
     def to_framework(self, params: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The common layout's parameters in the framework's layout (NumPy to NumPy)."""
@@ -266,6 +274,13 @@ class Backend(ABC):
                        lr: float, rank: int = 0, world: int = 1, sync_bn: bool = False) -> Trainer:
         """In-process trainer over `devices`; in a multi-process run, rank `rank` of
         `world` on `devices[0]`, its process group already joined (see join)."""
+
+    def check_sync_bn(self, devices: Sequence[str]) -> None:
+        """Raise NotApplicable (or NeedsGPU) where synchronised BatchNorm cannot run on
+        `devices`; called before any process starts."""
+        gap = registry.KNOWN_GAPS.get((self.name, "sync-bn"))
+        if gap:
+            raise NotApplicable(gap)
 
     def dataparallel_trainer(self, model: str, params: Sequence[np.ndarray],
                              devices: Sequence[str], lr: float) -> Trainer:

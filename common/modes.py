@@ -26,6 +26,9 @@ class Mode(ABC):
         return (registry.KNOWN_GAPS.get((framework, self.name))
                 or (registry.KNOWN_GAPS.get((framework, "sync-bn")) if sync_bn else None))
 
+    def precheck(self, backend: Backend, cfg, devices: list[str]) -> None:
+        """Raise NotApplicable before any process starts where the run cannot go."""
+
     @abstractmethod
     def trainer(self, backend: Backend, cfg, devices: list[str], rank: int = 0,
                 world: int = 1) -> Trainer:
@@ -46,6 +49,10 @@ class Scratch(Mode):
 class Native(Mode):
     def processes(self, framework, devices):
         return devices if registry.facts(framework).native_processes else 1
+
+    def precheck(self, backend, cfg, devices):
+        if cfg.sync_bn:
+            backend.check_sync_bn(devices)
 
     def trainer(self, backend, cfg, devices, rank=0, world=1):
         return backend.native_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed),

@@ -144,6 +144,8 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
         processes = mode.processes(cfg.framework, cfg.devices)
         threads = max(1, cfg.threads // processes)
         if processes > 1:
+            record["device_names"] = backend.devices(cfg.devices)
+            mode.precheck(backend, cfg, record["device_names"])
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "rank0.json"
                 # ranks are new processes: they read their thread count at import
@@ -156,6 +158,7 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
             backend.setup(cpu_devices=cfg.devices, threads=threads)
             devices = backend.devices(cfg.devices)
             record["device_names"] = devices
+            mode.precheck(backend, cfg, devices)
             trainer = mode.trainer(backend, cfg, devices)
             result = train(backend, trainer, cfg, ds,
                            progress_printer() if progress else lambda: None,

@@ -16,20 +16,53 @@ import traceback
 import numpy as np
 
 from common import devices as dev, models, registry
-from common.contract import NotApplicable
+from common.contract import NeedsGPU, NotApplicable
 
 CHECKS = {}   # name -> (function, needs, per_model)
 
-# Float32 tolerances per model, relative to the largest value compared. LeNet's
-# sums run over at most a few thousand float32 products: 1e-4 leaves two orders of
-# magnitude above the errors seen (about 1e-6). Gradients through BatchNorm
-# subtract nearly equal sums over N*H*W values, which costs digits; the ResNet-18
-# figures are set where that model is added (see the comment there).
+# Float32 tolerances per model, relative to the largest value compared, and for
+# gradients at least `grad_floor` times the model's largest gradient (see
+# _against_oracle). LeNet's sums run over at most a few thousand float32 products:
+# 1e-4 leaves two orders of magnitude above the errors seen (about 1e-6).
+# ResNet-18 with non-trivial weights: errors up to 5e-6 of a parameter's largest
+# gradient (PyTorch in float64 agrees with the oracle to 1e-14, so that is float32
+# rounding), hence the same 1e-4. With the chapter's N(0, 0.01^2) initialisation
+# every conv output has a variance near BatchNorm's epsilon, where float32 loses
+# about half its digits in the normalisation's backward pass: measured up to 1.5e-2
+# of a parameter's own largest gradient and 1.3e-3 of the model's largest, so that
+# check compares against the model's largest gradient with 1e-2; the non-trivial
+# check keeps the strict bound. Parameters after SGD steps are compared relative to
+# the largest update of any parameter (params_floor x that): a ReLU that silences a
+# channel leaves the next BatchNorm a variance near zero, and 1/sqrt(eps) = 316
+# then magnifies float32 rounding; measured in PyTorch after one step at lr 0.2,
+# batch 8 and 16, one and two shards: 2e-6 to 1.8e-2 of the largest update. 5e-2
+# still separates what matters: normalising per shard instead of over the full
+# batch moves the parameters by 80-100% of the largest update (and the loss by
+# 6e-3 to 2.5e-2, against 1e-7 to 2e-7 for float32 rounding).
 TOLERANCES = {
-    "lenet": {"logits": 1e-4, "loss": 1e-5, "grads": 1e-4, "step_loss": 1e-5, "params": 1e-4},
-    "resnet18": {"logits": 1e-4, "loss": 1e-5, "grads": 1e-3, "step_loss": 1e-5, "params": 1e-4},
+    "lenet": {"logits": 1e-4, "loss": 1e-5, "grads": 1e-4, "grad_floor": 1e-3,
+              "grads_chapter_init": 1e-4, "grad_floor_chapter_init": 1e-3,
+              "step_loss": 1e-5, "params": 1e-4, "params_floor": 0.0},
+    "resnet18": {"logits": 1e-4, "loss": 1e-5, "grads": 1e-4, "grad_floor": 1e-1,
+                 "grads_chapter_init": 1e-2, "grad_floor_chapter_init": 1.0,
+                 "step_loss": 1e-5, "params": 5e-2, "params_floor": 1.0},
 }
+
+
+def _update_floor(tol, params, want_params):
+    """The scale below which parameter errors count against the largest update."""
+    return max(tol["params_floor"] * max(np.abs(np.asarray(w, np.float64) - p).max()
+                                         for w, p in zip(want_params, params)), 1e-12)
 ORACLE_BATCH = {"lenet": 64, "resnet18": 8}
+# SGD steps of the multi-step checks. ResNet-18 is checked on one step: with
+# non-trivial weights one step at lr 0.2 takes its loss from 3.1 to 24 (and at lr
+# 0.02 still far), where BatchNorm's 1/std amplifies float32 rounding of the first
+# step into errors of several percent in the second step's gradients (measured
+# between float32 frameworks and the float64 oracle alike; float64 PyTorch agrees
+# with the oracle to 1e-14). The 20-step runs of tests/test_training.py cover the
+# longer haul with the chapter's initialisation.
+CHECK_STEPS = {"lenet": 2, "resnet18": 1}
+CHECK_LR = 0.2
 
 
 class Skipped(Exception):
@@ -60,26 +93,28 @@ def _nontrivial_params(model, seed=3):
     r = _rng(seed)
     out = []
     for name, s in zip(model.PARAM_NAMES, model.PARAM_SHAPES):
+        gain = 0.3
         if name.endswith("gamma"):
             out.append((1 + 0.1 * r.standard_normal(s)).astype(np.float32))
         else:
-            out.append((r.standard_normal(s) * (0.3 / np.sqrt(np.prod(s[1:]) if len(s) > 1 else 1.0))
+            out.append((r.standard_normal(s) * (gain / np.sqrt(np.prod(s[1:]) if len(s) > 1 else 1.0))
                         ).astype(np.float32))
     return out
 
 
-def _close(name, got, want, rtol=1e-4):
+def _close(name, got, want, rtol=1e-4, floor=1e-12):
+    """Largest error relative to the largest expected value (at least `floor`)."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     if want.ndim == 0 and got.size == 1:      # MXNet 1.x has no 0-d arrays: scalars are (1,)
         got = got.reshape(())
     assert got.shape == want.shape, f"{name}: shape {got.shape}, expected {want.shape}"
-    scale = max(np.abs(want).max(), 1e-12)
+    scale = max(np.abs(want).max(), floor)
     err = np.abs(got - want).max() / scale
     assert err <= rtol, f"{name}: max error {err:.2e} of its largest value (allowed {rtol:.0e})"
 
 
 def _unbiased(b, name):
-    return getattr(b.model_ops(name), "unbiased_running_var", True)
+    return b.model_ops(name).unbiased_running_var
 
 
 @check(per_model=False)
@@ -115,7 +150,7 @@ def device_api(b):
 @check()
 def oracle_chapter_init(b, name):
     """Outputs, gradients and state after one step with the suite's own initial weights."""
-    _against_oracle(b, name, models.get(name).init_params(0))
+    _against_oracle(b, name, models.get(name).init_params(0), "_chapter_init")
 
 
 @check()
@@ -124,7 +159,7 @@ def oracle_nontrivial_weights(b, name):
     _against_oracle(b, name, _nontrivial_params(models.get(name)))
 
 
-def _against_oracle(b, name, params):
+def _against_oracle(b, name, params, which=""):
     model, tol = models.get(name), TOLERANCES[name]
     X, y = _batch(ORACLE_BATCH[name])
     state = model.init_state()
@@ -135,8 +170,12 @@ def _against_oracle(b, name, params):
     _close("logits", logits, want_logits, tol["logits"])
     _close("loss", loss, want_loss, tol["loss"])
     assert len(grads) == len(want_grads), f"{len(grads)} gradients, expected {len(want_grads)}"
+    # A conv bias followed by BatchNorm has a gradient of exactly zero (the batch mean
+    # takes any per-channel constant away): there only rounding noise is compared,
+    # on the scale of the model's largest gradient.
+    floor = tol["grad_floor" + which] * max(np.abs(w).max() for w in want_grads)
     for pname, g, w in zip(model.PARAM_NAMES, grads, want_grads):
-        _close(f"d loss / d {pname}", g, w, tol["grads"])
+        _close(f"d loss / d {pname}", g, w, tol["grads" + which], floor)
     assert len(new_state) == len(want_state), f"{len(new_state)} state arrays, expected {len(want_state)}"
     for sname, s, w in zip(model.STATE_NAMES, new_state, want_state):
         _close(f"{sname} after one step", s, w, tol["params"])
@@ -183,11 +222,12 @@ def scratch_two_devices_match_oracle(b, name):
     two, one = b.devices(2), b.devices(1)
     rep2 = [b.get_params(params, d, name, model.init_state()) for d in two]
     rep1 = [b.get_params(params, one[0], name, model.init_state())]
-    batches = [_batch(n, seed=s) for s in range(2)]
-    want_losses, want_params = models.sgd_steps(model, params, batches, 0.2, shards=2)
+    batches = [_batch(n, seed=s) for s in range(CHECK_STEPS[name])]
+    lr = CHECK_LR
+    want_losses, want_params = models.sgd_steps(model, params, batches, lr, shards=2)
     for step, (X, y) in enumerate(batches):
-        l2 = b.train_batch(b.tensor(X, "cpu:0"), b.tensor(y, "cpu:0"), rep2, two, 0.2)
-        l1 = b.train_batch(b.tensor(X, "cpu:0"), b.tensor(y, "cpu:0"), rep1, one, 0.2)
+        l2 = b.train_batch(b.tensor(X, "cpu:0"), b.tensor(y, "cpu:0"), rep2, two, lr)
+        l1 = b.train_batch(b.tensor(X, "cpu:0"), b.tensor(y, "cpu:0"), rep1, one, lr)
         b.synchronize()
         _close(f"step {step} loss vs the per-shard oracle", b.to_numpy(l2), want_losses[step],
                tol["step_loss"])
@@ -198,8 +238,10 @@ def scratch_two_devices_match_oracle(b, name):
             np.testing.assert_array_equal(p, q, err_msg=f"step {step}: replicas differ in {pname}")
             if not model.STATE_NAMES:
                 _close(f"step {step}: {pname}, 2 devices vs 1", p, r, 1e-5)
+    floor = _update_floor(tol, params, want_params)
     for pname, p, w in zip(model.PARAM_NAMES, b.read_params(rep2[0]), want_params):
-        _close(f"{pname} after 2 steps vs the per-shard oracle", p, w, tol["params"])
+        _close(f"{pname} after {len(batches)} steps vs the per-shard oracle", p, w, tol["params"],
+               floor)
 
 
 @check()
@@ -210,9 +252,9 @@ def native_trainer_matches_oracle(b, name):
     model, tol = models.get(name), TOLERANCES[name]
     n = 1 if b.facts.native_processes else 2
     params = _nontrivial_params(model)
-    trainer = b.native_trainer(name, params, b.devices(n), 0.2)
-    batches = [_batch(ORACLE_BATCH[name], seed=s) for s in range(2)]
-    want_losses, want_params = models.sgd_steps(model, params, batches, 0.2, shards=n)
+    trainer = b.native_trainer(name, params, b.devices(n), CHECK_LR)
+    batches = [_batch(ORACLE_BATCH[name], seed=s) for s in range(CHECK_STEPS[name])]
+    want_losses, want_params = models.sgd_steps(model, params, batches, CHECK_LR, shards=n)
     handles = [trainer.step(X, y) for X, y in batches]
     _close("native step losses vs the oracle", trainer.losses(handles), want_losses, tol["step_loss"])
     replicas = trainer.replica_params()
@@ -220,8 +262,10 @@ def native_trainer_matches_oracle(b, name):
     for pname, *copies in zip(model.PARAM_NAMES, *replicas):
         for c in copies[1:]:
             np.testing.assert_array_equal(copies[0], c, err_msg=f"replicas differ in {pname}")
+    floor = _update_floor(tol, params, want_params)
     for pname, p, w in zip(model.PARAM_NAMES, replicas[0], want_params):
-        _close(f"native {pname} after 2 steps vs the oracle", p, w, tol["params"])
+        _close(f"native {pname} after {len(batches)} steps vs the oracle", p, w, tol["params"],
+               floor)
     trainer.load_params(params, model.init_state())
     for replica in trainer.replica_params():
         for pname, p, w in zip(model.PARAM_NAMES, replica, params):
@@ -251,14 +295,14 @@ def _gap_probes(b):
 @check(per_model=False)
 def known_gaps_still_gaps(b):
     """A listed gap must still be one; an unlisted one must not raise NotApplicable
-    (dataparallel needs GPUs: without them it may say so)."""
+    (but may say NeedsGPU on a machine without GPUs)."""
     for capability, calls in _gap_probes(b).items():
         gap = registry.KNOWN_GAPS.get((b.name, capability))
         for call in (calls if gap else calls[:1]):
             try:
                 call()
             except NotApplicable as e:
-                if gap or (capability == "dataparallel" and not b.num_gpus()):
+                if gap or (isinstance(e, NeedsGPU) and not b.num_gpus()):
                     continue
                 raise AssertionError(f"{b.name} {capability} raised NotApplicable ({e}) but is "
                                      "not listed in common.registry.KNOWN_GAPS")

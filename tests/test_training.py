@@ -9,7 +9,8 @@ from common import data, models, registry
 from tests.conftest import RUN_SHAPE, covered
 
 STEPS = 20
-# Tolerance on a step's mean loss, absolute, per model.
+# How closely step losses must agree (absolute), per model: one bound per compared
+# step, from the first step on.
 # LeNet: a float32 loss near ln 10 has an ulp of 2.4e-7; the batch's sum of 256 such
 # values, convolution and cross-entropy kernels that differ between frameworks and
 # 20 SGD steps of rounding differences add up to a few 1e-6 (the largest difference
@@ -17,9 +18,29 @@ STEPS = 20
 # 4.3e-6). 2e-5 leaves a factor of about five, and is far below the typical change
 # of the loss from one step to the next (1e-4 to 1e-3), so a step that used other
 # data or another update would show.
-# ResNet-18: set from the differences measured between the frameworks (see below).
-LOSS_ATOL = {"lenet": 2e-5, "resnet18": 2e-5}
-ORACLE_STEPS = {"lenet": STEPS, "resnet18": 5}     # the float64 oracle of ResNet-18 is slow
+# ResNet-18 from the chapter's N(0, 0.01^2) weights is chaotic in float32: BatchNorm
+# after tiny weights makes the gradients huge relative to the weights, so one step,
+# even at lr 1e-4, moves the loss by 0.17, and rounding differences between two
+# correct implementations grow about 2.5x per step (measured in PyTorch, scratch vs
+# native vs the float64 oracle: 2e-8 at step 1, 2.4e-5 at step 2, 5.6e-4 at step 6
+# at lr 1e-4; 2.3e-3 at step 2 and 0.4 by step 6 at the tests' lr 0.1). So the first
+# step's loss (the forward pass: the same weights, batch and BatchNorm statistics,
+# measured within 1e-7) is held to 2e-5, which also tells per-shard from
+# synchronised BatchNorm apart (they differ by 2.6e-3); the second step (the first
+# update: summed gradients, SGD) to 2e-2, against a jump of 2.4 -> 5.8 that a
+# missing or doubled reduction would change by far more; later steps only have to
+# be finite.
+LOSS_ATOL = {"lenet": [2e-5] * STEPS, "resnet18": [2e-5, 2e-2]}
+ORACLE_STEPS = {"lenet": STEPS, "resnet18": 2}     # the float64 oracle of ResNet-18 is slow
+
+
+def _agree(got, want, model, err_msg=""):
+    """The first len(LOSS_ATOL[model]) step losses within their bounds; all finite."""
+    tol = LOSS_ATOL[model]
+    n = min(len(tol), len(got), len(want))
+    assert np.isfinite(got).all(), f"non-finite step losses {err_msg}"
+    np.testing.assert_array_less(np.abs(np.asarray(got[:n]) - np.asarray(want[:n])), tol[:n],
+                                 err_msg=f"step losses differ beyond {tol[:n]} {err_msg}")
 
 
 def _first_mode(framework):
@@ -48,12 +69,10 @@ def test_native_two_devices_matches_scratch(worker_record, framework, model):
         reference = worker_record(framework, "scratch", 2, model)
     if reference is None:
         # no scratch mode to compare with: against the oracle run per shard
-        np.testing.assert_allclose(native["step_losses"][:ORACLE_STEPS[model]],
-                                   _oracle(model, shards=2), rtol=0, atol=LOSS_ATOL[model])
+        _agree(native["step_losses"], _oracle(model, shards=2), model, "(native vs oracle per shard)")
         return
     _ok(reference)
-    np.testing.assert_allclose(native["step_losses"][:10], reference["step_losses"][:10],
-                               rtol=0, atol=LOSS_ATOL[model])
+    _agree(native["step_losses"][:10], reference["step_losses"][:10], model, "(native vs scratch)")
 
 
 _ORACLE = {}
@@ -78,8 +97,7 @@ def _oracle(model_name, shards=1):
 def test_step_losses_match_numpy_oracle(worker_record, framework, model):
     record = _ok(worker_record(framework, _first_mode(framework), 1, model))
     assert len(record["step_losses"]) == STEPS
-    np.testing.assert_allclose(record["step_losses"][:ORACLE_STEPS[model]], _oracle(model),
-                               rtol=0, atol=LOSS_ATOL[model])
+    _agree(record["step_losses"], _oracle(model), model, "(vs the NumPy oracle)")
 
 
 @pytest.mark.parametrize("model", models.NAMES)
@@ -91,8 +109,7 @@ def test_step_losses_agree_across_frameworks_and_modes(worker_record, model):
     names = list(runs)
     for a in names:
         for b in names[names.index(a) + 1:]:
-            np.testing.assert_allclose(runs[a]["step_losses"], runs[b]["step_losses"], rtol=0,
-                                       atol=LOSS_ATOL[model], err_msg=f"{a} vs {b}")
+            _agree(runs[a]["step_losses"], runs[b]["step_losses"], model, f"({a} vs {b})")
 
 
 SYNC_BN_MODELS = [m for m in models.NAMES if models.get(m).STATE_NAMES]
@@ -110,10 +127,12 @@ def test_sync_bn_two_devices_equal_one(worker_record, framework, model):
             f"{framework} sync-bn is listed as a gap but its run says {record['status']}")
         assert record["error"] == gap
         return
+    if record["status"] == "not-applicable" and "CUDA" in record["error"]:
+        assert record["device_names"][0].startswith("cpu"), record["error"]
+        pytest.skip(f"{framework}: {record['error']}")
     _ok(record)
     one = _ok(worker_record(framework, "native", 1, model))
-    np.testing.assert_allclose(record["step_losses"], one["step_losses"], rtol=0,
-                               atol=LOSS_ATOL[model])
+    _agree(record["step_losses"], one["step_losses"], model, "(sync-bn x2 vs x1)")
 
 
 @pytest.mark.parametrize("framework", [f for f in covered() if (f, "scratch") in registry.KNOWN_GAPS])

@@ -1,8 +1,12 @@
-"""The models of common/models as PyTorch functions (the common layout is PyTorch's own)."""
+"""The models of common/models as PyTorch functions (the common layout is PyTorch's own),
+and ResNet-18 as the chapter's concise nn.Module too (native mode, SyncBatchNorm)."""
+import numpy as np
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from common.contract import ModelOps
+from common.models import resnet18 as R
 
 
 def to_layout(p):
@@ -17,6 +21,8 @@ def loss_sum(logits, y):
 
 
 class LeNet(ModelOps):
+    channels_last = True             # see to_layout
+
     def apply(self, params, state, X, training):
         X = to_layout(X)
         h1 = F.avg_pool2d(F.relu(F.conv2d(X, params[0], params[1])), kernel_size=2, stride=2)
@@ -25,8 +31,103 @@ class LeNet(ModelOps):
         return torch.mm(h3, params[6]) + params[7]
 
 
+class ResNet18(ModelOps):
+    unbiased_running_var = True      # F.batch_norm's running variance is the unbiased one
+    # Not channels-last: with it, oneDNN's float32 kernels on this CPU gave ResNet-18
+    # gradients 1e-2 to 1e-1 away from the float64 oracle (NCHW: 5e-6; float64: 1e-14
+    # either way) for the same weights and batch.
+    channels_last = False
+
+    def apply(self, params, state, X, training):
+        def conv(x, c, stride, pad):
+            return F.conv2d(x, params[c["weight"]], params[c["bias"]], stride, pad)
+
+        def bn(x, i):   # in training, updates the running statistics in place
+            return F.batch_norm(x, state[i["mean"]], state[i["var"]], params[i["gamma"]],
+                                params[i["beta"]], training, R.BN_MOMENTUM, R.BN_EPS)
+
+        h = F.relu(bn(conv(X, R.STEM["conv"], 1, 1), R.STEM["bn"]))
+        for b in R.BLOCKS:
+            y = F.relu(bn(conv(h, b["conv1"], b["stride"], 1), b["bn1"]))
+            y = bn(conv(y, b["conv2"], 1, 1), b["bn2"])
+            h = F.relu(y + (conv(h, b["shortcut"], b["stride"], 0) if b["shortcut"] else h))
+        return torch.mm(h.mean(dim=(2, 3)), params[R.FC["weight"]]) + params[R.FC["bias"]]
+
+
+class Residual(nn.Module):
+    """d2l's Residual block, as the chapter writes it."""
+
+    def __init__(self, cin, cout, use_1x1conv=False, strides=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, kernel_size=3, padding=1, stride=strides)
+        self.conv2 = nn.Conv2d(cout, cout, kernel_size=3, padding=1)
+        self.conv3 = nn.Conv2d(cin, cout, kernel_size=1, stride=strides) if use_1x1conv else None
+        self.bn1 = nn.BatchNorm2d(cout, eps=R.BN_EPS, momentum=R.BN_MOMENTUM)
+        self.bn2 = nn.BatchNorm2d(cout, eps=R.BN_EPS, momentum=R.BN_MOMENTUM)
+
+    def forward(self, X):
+        Y = F.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        if self.conv3:
+            X = self.conv3(X)
+        return F.relu(Y + X)
+
+
+class ResNet18Module(nn.Module):
+    """The chapter's concise resnet18(10, 1) as an nn.Module, its weights and running
+    statistics set from the common lists; slots() maps them to the common order."""
+
+    def __init__(self, params, state):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 64, kernel_size=3, stride=1, padding=1),
+                                  nn.BatchNorm2d(64, eps=R.BN_EPS, momentum=R.BN_MOMENTUM), nn.ReLU())
+        self.blocks = nn.Sequential(*[Residual(b["in"], b["out"], b["shortcut"] is not None,
+                                               b["stride"]) for b in R.BLOCKS])
+        self.fc = nn.Linear(512, R.NUM_CLASSES)
+        self.load(params, state)     # NCHW, as ResNet18 above
+
+    def slots(self):
+        """(parameters, state tensors) in the order of PARAM_NAMES and STATE_NAMES."""
+        ps, ss = [None] * len(R.PARAM_NAMES), [None] * len(R.STATE_NAMES)
+
+        def put(conv, bn, c, i):
+            ps[c["weight"]], ps[c["bias"]] = conv.weight, conv.bias
+            if bn is not None:
+                ps[i["gamma"]], ps[i["beta"]] = bn.weight, bn.bias
+                ss[i["mean"]], ss[i["var"]] = bn.running_mean, bn.running_var
+
+        put(self.stem[0], self.stem[1], R.STEM["conv"], R.STEM["bn"])
+        for m, b in zip(self.blocks, R.BLOCKS):
+            put(m.conv1, m.bn1, b["conv1"], b["bn1"])
+            put(m.conv2, m.bn2, b["conv2"], b["bn2"])
+            if b["shortcut"]:
+                put(m.conv3, None, b["shortcut"], None)
+        ps[R.FC["weight"]], ps[R.FC["bias"]] = self.fc.weight, self.fc.bias
+        return ps, ss
+
+    def read(self):
+        ps, ss = self.slots()
+        out = [p.detach().cpu().numpy().copy() for p in ps]
+        out[R.FC["weight"]] = out[R.FC["weight"]].T.copy()   # nn.Linear keeps (out, in)
+        return out, [s.cpu().numpy().copy() for s in ss]
+
+    def load(self, params, state):
+        ps, ss = self.slots()
+        params = list(params)
+        params[R.FC["weight"]] = np.asarray(params[R.FC["weight"]]).T
+        with torch.no_grad():
+            for p, v in zip(ps, params):
+                p.copy_(torch.from_numpy(np.ascontiguousarray(v)))
+            for s, v in zip(ss, state):
+                s.copy_(torch.from_numpy(np.asarray(v)))
+
+    def forward(self, X):
+        h = self.blocks(self.stem(X))
+        return self.fc(F.adaptive_avg_pool2d(h, (1, 1)).flatten(1))
+
+
 class Models:
-    models = {"lenet": LeNet()}
+    models = {"lenet": LeNet(), "resnet18": ResNet18()}
 
     def forward(self, model, params, X, training=False):
         with torch.no_grad():

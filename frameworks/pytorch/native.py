@@ -6,11 +6,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from common.contract import NotApplicable, Trainer, predict_in_batches
+from common.contract import NeedsGPU, Trainer, predict_in_batches
 from common.data import shard_bounds
 
 from .devices import torch_device
-from .models import loss_sum, to_layout
+from .models import ResNet18Module, loss_sum, to_layout
 
 
 class OpsModule(nn.Module):
@@ -20,7 +20,8 @@ class OpsModule(nn.Module):
     def __init__(self, ops, params, state):
         super().__init__()
         self.ops = ops
-        self.params = nn.ParameterList([nn.Parameter(to_layout(torch.tensor(p)))
+        layout = to_layout if ops.channels_last else (lambda p: p)
+        self.params = nn.ParameterList([nn.Parameter(layout(torch.tensor(p)))
                                         for p in ops.to_framework(params)])
         for i, s in enumerate(state):
             self.register_buffer(f"state{i}", torch.tensor(s))
@@ -31,6 +32,23 @@ class OpsModule(nn.Module):
 
     def forward(self, X):
         return self.ops.apply(list(self.params), self.state_tensors(), X, self.training)
+
+    def read(self):
+        return (self.ops.from_framework([p.detach().cpu().numpy().copy() for p in self.params]),
+                [s.cpu().numpy().copy() for s in self.state_tensors()])
+
+    def load(self, params, state):
+        with torch.no_grad():
+            for p, v in zip(self.params, self.ops.to_framework(params)):
+                p.copy_(torch.from_numpy(np.asarray(v)))
+            for s, v in zip(self.state_tensors(), state):
+                s.copy_(torch.from_numpy(np.asarray(v)))
+
+
+# Models whose native form is a layered nn.Module of their own (the chapter's concise
+# implementation, with nn.BatchNorm2d that SyncBatchNorm can replace); the others
+# wrap their functional form in an OpsModule.
+LAYERED = {"resnet18": ResNet18Module}
 
 
 class DDPTrainer(Trainer):
@@ -71,18 +89,13 @@ class DDPTrainer(Trainer):
                 lambda x: self.module(torch.from_numpy(x).to(self.device)).cpu().numpy(), X)
 
     def replica_params(self):
-        return [self.module.ops.from_framework(
-            [p.detach().cpu().numpy().copy() for p in self.module.params])]
+        return [self.module.read()[0]]
 
     def replica_state(self):
-        return [[s.cpu().numpy().copy() for s in self.module.state_tensors()]]
+        return [self.module.read()[1]]
 
     def load_params(self, params, state):
-        with torch.no_grad():
-            for p, v in zip(self.module.params, self.module.ops.to_framework(params)):
-                p.copy_(torch.from_numpy(np.asarray(v)))
-            for s, v in zip(self.module.state_tensors(), state):
-                s.copy_(torch.from_numpy(np.asarray(v)))
+        self.module.load(params, state)
 
 
 class DataParallelTrainer(DDPTrainer):
@@ -110,18 +123,32 @@ class DataParallelTrainer(DDPTrainer):
 class Native:
     def dataparallel_trainer(self, model, params, devices, lr):
         if not all(d.startswith("gpu") for d in devices):
-            raise NotApplicable("torch.nn.DataParallel needs CUDA GPUs: without them it calls "
+            raise NeedsGPU("torch.nn.DataParallel needs CUDA GPUs: without them it calls "
                                 "the module on one device, no data parallelism")
-        from common import models
-        module = OpsModule(self.model_ops(model), params, models.get(model).init_state())
-        return DataParallelTrainer(module, devices, lr)
+        return DataParallelTrainer(self._module(model, params), devices, lr)
+
+    def check_sync_bn(self, devices):
+        if not all(d.startswith("gpu") for d in devices):
+            raise NeedsGPU("torch.nn.SyncBatchNorm works on CUDA devices only (DDP on CPU: "
+                           "'SyncBatchNorm layers only work with GPU modules')")
 
     def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
+        if sync_bn:
+            self.check_sync_bn(devices)
         if world == 1 and len(devices) > 1:
             raise ValueError("PyTorch native mode runs one process per device (common.launcher)")
-        from common import models
-        module = OpsModule(self.model_ops(model), params, models.get(model).init_state())
+        module = self._module(model, params)
+        if sync_bn:
+            # BatchNorm2d -> SyncBatchNorm: batch statistics all-reduced over the ranks
+            module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
         return DDPTrainer(module, devices[0], lr, rank, world)
+
+    def _module(self, model, params):
+        from common import models
+        state = models.get(model).init_state()
+        if model in LAYERED:
+            return LAYERED[model](params, state)
+        return OpsModule(self.model_ops(model), params, state)
 
     def join(self, rank):
         gpu = torch.cuda.device_count() > rank.local_rank

@@ -12,8 +12,10 @@ from .models import loss_sum, to_layout
 class Scratch:
     def get_params(self, params, device, model="lenet", state=None):
         d = torch_device(device)
-        return Replica([to_layout(torch.tensor(p, device=d)).requires_grad_()
-                        for p in self.model_ops(model).to_framework(params)], model, device,
+        ops = self.model_ops(model)
+        layout = to_layout if ops.channels_last else (lambda p: p)
+        return Replica([layout(torch.tensor(p, device=d)).requires_grad_()
+                        for p in ops.to_framework(params)], model, device,
                        [torch.tensor(s, device=d) for s in (state or [])])
 
     def read_params(self, replica):
