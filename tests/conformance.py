@@ -24,14 +24,17 @@ CHECKS = {}   # name -> (function, needs, per_model)
 # gradients at least `grad_floor` times the model's largest gradient (see
 # _against_oracle). LeNet's sums run over at most a few thousand float32 products:
 # 1e-4 leaves two orders of magnitude above the errors seen (about 1e-6).
-# ResNet-18 with non-trivial weights: errors up to 5e-6 of a parameter's largest
-# gradient (PyTorch in float64 agrees with the oracle to 1e-14, so that is float32
-# rounding), hence the same 1e-4. With the chapter's N(0, 0.01^2) initialisation
-# every conv output has a variance near BatchNorm's epsilon, where float32 loses
-# about half its digits in the normalisation's backward pass: measured up to 1.5e-2
-# of a parameter's own largest gradient and 1.3e-3 of the model's largest, so that
-# check compares against the model's largest gradient with 1e-2; the non-trivial
-# check keeps the strict bound. Parameters after SGD steps are compared relative to
+# ResNet-18 is compared against the model's largest gradient. Among the ~10^6
+# pre-activations of a batch some lie within 1e-6 standard deviations of zero, and
+# float32 rounding flips their ReLU (one flip in the last block moves that layer's
+# gradients by about 1%, every earlier one by 0.3-0.8%); with the chapter's
+# N(0, 0.01^2) initialisation BatchNorm also sees tiny variances, where float32 loses
+# about half its digits in the backward pass. Measured, as a fraction of the model's
+# largest gradient: PyTorch 2e-6 to 8e-3, TensorFlow 7e-3 to 1.3e-2 (TensorFlow and
+# PyTorch in float64 agree with the oracle to 1e-12, so this is rounding, not a bug).
+# 5e-2 holds that; the logits (1e-4) and the loss (1e-5) stay strict, so a layout or
+# ordering bug in the forward pass cannot hide behind it.
+# Parameters after SGD steps are compared relative to
 # the largest update of any parameter (params_floor x that): a ReLU that silences a
 # channel leaves the next BatchNorm a variance near zero, and 1/sqrt(eps) = 316
 # then magnifies float32 rounding; measured in PyTorch after one step at lr 0.2,
@@ -43,8 +46,8 @@ TOLERANCES = {
     "lenet": {"logits": 1e-4, "loss": 1e-5, "grads": 1e-4, "grad_floor": 1e-3,
               "grads_chapter_init": 1e-4, "grad_floor_chapter_init": 1e-3,
               "step_loss": 1e-5, "params": 1e-4, "params_floor": 0.0},
-    "resnet18": {"logits": 1e-4, "loss": 1e-5, "grads": 1e-4, "grad_floor": 1e-1,
-                 "grads_chapter_init": 1e-2, "grad_floor_chapter_init": 1.0,
+    "resnet18": {"logits": 1e-4, "loss": 1e-5, "grads": 5e-2, "grad_floor": 1.0,
+                 "grads_chapter_init": 5e-2, "grad_floor_chapter_init": 1.0,
                  "step_loss": 1e-5, "params": 5e-2, "params_floor": 1.0},
 }
 

@@ -5,6 +5,7 @@ import numpy as np
 import keras
 import tensorflow as tf
 
+from common import models
 from common.contract import Trainer
 
 from frameworks.tensorflow.devices import tf_device
@@ -42,15 +43,22 @@ class StepLosses(keras.callbacks.Callback):
 
 
 class FitTrainer(Trainer):
-    def __init__(self, backend, model, params, devices, lr):
-        self.ops = backend.model_ops(model)
+    def __init__(self, backend, model, params, devices, lr, sync_bn=False):
+        self.backend, self.name, self.ops = backend, model, backend.model_ops(model)
         self.devices = [tf_device(d) for d in devices]
         # One device: Keras's default strategy, which places on that device (the
         # default device of devices(1)); OneDeviceStrategy doubled the step time.
-        self.strategy = (tf.distribute.MirroredStrategy(self.devices) if len(devices) > 1
-                         else tf.distribute.get_strategy())
+        # Reduction onto one device, not collectives: a second MirroredStrategy in the
+        # process (the tests build one per model) reuses the first one's collective
+        # instance keys, and fit then fails with "Shape mismatch in the collective instance".
+        self.strategy = (tf.distribute.MirroredStrategy(
+            self.devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+            if len(devices) > 1 else tf.distribute.get_strategy())
         with self.strategy.scope():
-            self.model = backend.keras_model(model, params)
+            # BatchNormalization(synchronized=sync_bn): without it each replica keeps its
+            # own moving statistics (ON_READ variables under the strategy)
+            self.model, (self.param_vars, self.state_vars) = backend.keras_model(
+                model, params, models.get(model).init_state(), sync_bn)
             self.model.compile(
                 optimizer=keras.optimizers.SGD(learning_rate=lr),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -74,18 +82,15 @@ class FitTrainer(Trainer):
 
     def replica_params(self):
         return [self.ops.from_framework(r) for r in mirrored_values(
-            self.strategy, [v.value for v in self.model.trainable_weights], len(self.devices))]
+            self.strategy, [v.value for v in self.param_vars], len(self.devices))]
 
     def replica_state(self):
-        return mirrored_values(self.strategy, [v.value for v in self.model.non_trainable_weights],
-                               len(self.devices))
+        return mirrored_values(self.strategy, [v.value for v in self.state_vars], len(self.devices))
 
     def load_params(self, params, state):
-        self.model.set_weights(self.ops.to_framework(params))
-        for v, s in zip(self.model.non_trainable_weights, state):
-            v.assign(s)
+        self.backend.set_weights(self.name, (self.param_vars, self.state_vars), params, state)
 
 
 class Native:
     def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
-        return FitTrainer(self, model, params, devices, lr)
+        return FitTrainer(self, model, params, devices, lr, sync_bn)

@@ -5,6 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.contract import ModelOps
+from common.models import resnet18 as R
 
 
 def loss_sum(logits, y):
@@ -42,5 +43,86 @@ class LeNet(ModelOps):
         return h3 @ params[6] + params[7]
 
 
+# Keras's (and TensorFlow's) BatchNorm momentum weights the old value: 0.9 for PyTorch's 0.1
+BN_MOMENTUM = 1.0 - R.BN_MOMENTUM
+
+
+def _sync_moments(x):
+    """Mean and (biased) variance over every replica's batch, as one BatchNorm on the
+    full batch would compute them: sums all-reduced across the replicas (all_reduce
+    passes the gradient back through the same sum). Two passes, unlike Keras's
+    E[x^2] - E[x]^2, which loses digits when the mean is large against the spread."""
+    ctx = tf.distribute.get_replica_context()
+    count = tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), x.dtype)
+    total, count = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [tf.reduce_sum(x, [0, 1, 2]), count])
+    mean = total / count
+    var = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                         tf.reduce_sum(tf.square(x - mean), [0, 1, 2])) / count
+    return mean, var
+
+
+def batch_norm(x, gamma, beta, mean, var, training, synchronized=False):
+    """BatchNorm over NHWC x. Training: batch statistics, and the running statistics
+    (variables `mean`, `var`) updated in place with the biased batch variance, as
+    Keras 3 does. Else the running statistics."""
+    if not training:
+        return tf.raw_ops.FusedBatchNormV3(x=x, scale=gamma, offset=beta, mean=mean, variance=var,
+                                           epsilon=R.BN_EPS, is_training=False)[0]
+    if synchronized:
+        m, v = _sync_moments(x)
+        y = tf.nn.batch_normalization(x, m, v, beta, gamma, R.BN_EPS)
+    else:
+        # the fused kernel (one pass, and its own gradient); the raw op, because
+        # tf.compat.v1.nn.fused_batch_norm raises epsilon to 1.001e-5. It returns the
+        # unbiased batch variance: rescaled to the biased one.
+        empty = tf.zeros([0], x.dtype)
+        y, m, v, *_ = tf.raw_ops.FusedBatchNormV3(x=x, scale=gamma, offset=beta, mean=empty,
+                                                  variance=empty, epsilon=R.BN_EPS, is_training=True)
+        n = tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), x.dtype)
+        v = v * (n - 1) / n
+    mean.assign(BN_MOMENTUM * mean + (1 - BN_MOMENTUM) * m)
+    var.assign(BN_MOMENTUM * var + (1 - BN_MOMENTUM) * v)
+    return y
+
+
+class ResNet18(ModelOps):
+    """The chapter's ResNet-18 (common/models/resnet18.py) in NHWC, walked from its
+    structure. `synchronized`: BatchNorm statistics over every replica of a
+    tf.distribute strategy (native mode's sync_bn)."""
+    unbiased_running_var = False    # Keras 3's running variance is the biased one
+
+    def __init__(self, synchronized=False):
+        self.synchronized = synchronized
+
+    def to_framework(self, params):
+        return [hwio(np.asarray(p)) if k == "conv_weight" else np.asarray(p)
+                for p, k in zip(params, R.PARAM_KINDS)]
+
+    def from_framework(self, params):
+        return [oihw(np.asarray(p)) if k == "conv_weight" else np.asarray(p)
+                for p, k in zip(params, R.PARAM_KINDS)]
+
+    def apply(self, params, state, X, training):
+        def conv(x, c, stride, pad):
+            # pad 1 on both sides as PyTorch: "SAME" at stride 2 would pad only after
+            padding = ("VALID" if not pad else "SAME" if stride == 1
+                       else [[0, 0], [pad, pad], [pad, pad], [0, 0]])
+            return tf.nn.bias_add(tf.nn.conv2d(x, params[c["weight"]], stride, padding),
+                                  params[c["bias"]])
+
+        def bn(x, i):
+            return batch_norm(x, params[i["gamma"]], params[i["beta"]], state[i["mean"]],
+                              state[i["var"]], training, self.synchronized)
+
+        h = tf.nn.relu(bn(conv(tf.transpose(X, [0, 2, 3, 1]), R.STEM["conv"], 1, 1), R.STEM["bn"]))
+        for b in R.BLOCKS:
+            y = tf.nn.relu(bn(conv(h, b["conv1"], b["stride"], 1), b["bn1"]))
+            y = bn(conv(y, b["conv2"], 1, 1), b["bn2"])
+            h = tf.nn.relu(y + (conv(h, b["shortcut"], b["stride"], 0) if b["shortcut"] else h))
+        return tf.reduce_mean(h, [1, 2]) @ params[R.FC["weight"]] + params[R.FC["bias"]]
+
+
 class Models:
-    models = {"lenet": LeNet()}
+    models = {"lenet": LeNet(), "resnet18": ResNet18()}
+    # native mode with sync_bn: the models whose BatchNorm then spans the replicas
+    sync_bn_models = {"resnet18": ResNet18(synchronized=True)}

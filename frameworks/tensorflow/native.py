@@ -27,13 +27,17 @@ class MirroredTrainer(Trainer):
             # sum of the shards' updates is applied once to every copy.
             self.vars = [tf.Variable(p, aggregation=tf.VariableAggregation.SUM)
                          for p in ops.to_framework(params)]
-            # state (BatchNorm running statistics): each replica keeps its own shard's
+            # state (BatchNorm running statistics): each replica keeps its own (assigned
+            # in replica context, an ON_READ variable updates that replica's copy alone);
+            # read outside a replica (predict), the first replica's
             self.state = [tf.Variable(s, trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
                                       aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
                           for s in state]
         self.lr = lr
-        self._step = tf.function(self._distributed_step)
-        self._logits = tf.function(lambda X: ops.apply(self.vars, self.state, X, False))
+        # autograph off: no tensor-dependent Python control flow to convert
+        self._step = tf.function(self._distributed_step, autograph=False)
+        self._logits = tf.function(lambda X: ops.apply(self.vars, self.state, X, False),
+                                   autograph=False)
 
     def _replica_step(self, X, y, batch):
         with tf.GradientTape() as tape:
@@ -80,5 +84,7 @@ class MirroredTrainer(Trainer):
 
 class Native:
     def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
-        return MirroredTrainer(self.model_ops(model), params, models.get(model).init_state(),
-                               devices, lr)
+        ops = self.model_ops(model)
+        if sync_bn:     # a model without BatchNorm has nothing to synchronise
+            ops = self.sync_bn_models.get(model, ops)
+        return MirroredTrainer(ops, params, models.get(model).init_state(), devices, lr)

@@ -77,6 +77,9 @@ class Scratch:
         key = (tuple(id(r) for r in replicas), tuple(devices), lr)
         cache = self.__dict__.setdefault("_compiled", {})
         if key not in cache:
-            fn = tf.function(lambda X, y: train_batch(self, X, y, replicas, devices, lr))
+            # autograph off: the loops are over Python lists, nothing to convert (and
+            # it would try to convert library calls made while tracing)
+            fn = tf.function(lambda X, y: train_batch(self, X, y, replicas, devices, lr),
+                             autograph=False)
             cache[key] = (fn, replicas)    # keeping the replicas keeps their ids unique
         return cache[key][0](X, y)
