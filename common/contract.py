@@ -30,6 +30,10 @@ class NotApplicable(NotImplementedError):
 
 class NeedsGPU(NotApplicable):
     """The framework has it, but only on GPUs (not a known gap: it runs where GPUs are)."""
+    PREFIX = "needs GPUs: "
+
+    def __init__(self, reason: str):
+        super().__init__(self.PREFIX + reason)
 
 
 def predict_in_batches(logits_of: Callable[[np.ndarray], Any], X: np.ndarray) -> np.ndarray:

@@ -45,10 +45,14 @@ CHECKS = {}   # name -> (function, needs, per_model)
 TOLERANCES = {
     "lenet": {"logits": 1e-4, "loss": 1e-5, "grads": 1e-4, "grad_floor": 1e-3,
               "grads_chapter_init": 1e-4, "grad_floor_chapter_init": 1e-3,
-              "step_loss": 1e-5, "params": 1e-4, "params_floor": 0.0},
+              "step_loss": 1e-5, "params": 1e-4, "params_floor": 0.0, "state": 1e-5},
     "resnet18": {"logits": 1e-4, "loss": 1e-5, "grads": 5e-2, "grad_floor": 1.0,
                  "grads_chapter_init": 5e-2, "grad_floor_chapter_init": 1.0,
-                 "step_loss": 1e-5, "params": 5e-2, "params_floor": 1.0},
+                 "step_loss": 1e-5, "params": 5e-2, "params_floor": 1.0,
+                 # running statistics after one step: batch means and variances, sums
+                 # that float32 gets to ~1e-6; the biased and unbiased variance differ
+                 # by 1/(n-1) of the batch's share, 3e-5 and more in the last stage
+                 "state": 1e-5},
 }
 
 
@@ -181,7 +185,7 @@ def _against_oracle(b, name, params, which=""):
         _close(f"d loss / d {pname}", g, w, tol["grads" + which], floor)
     assert len(new_state) == len(want_state), f"{len(new_state)} state arrays, expected {len(want_state)}"
     for sname, s, w in zip(model.STATE_NAMES, new_state, want_state):
-        _close(f"{sname} after one step", s, w, tol["params"])
+        _close(f"{sname} after one step", s, w, tol["state"])
 
 
 @check(needs="scratch", per_model=False)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from common import data, models, registry
+from common.contract import NeedsGPU
 from tests.conftest import RUN_SHAPE, covered
 
 STEPS = 20
@@ -127,7 +128,7 @@ def test_sync_bn_two_devices_equal_one(worker_record, framework, model):
             f"{framework} sync-bn is listed as a gap but its run says {record['status']}")
         assert record["error"] == gap
         return
-    if record["status"] == "not-applicable" and "CUDA" in record["error"]:
+    if record["status"] == "not-applicable" and record["error"].startswith(NeedsGPU.PREFIX):
         assert record["device_names"][0].startswith("cpu"), record["error"]
         pytest.skip(f"{framework}: {record['error']}")
     _ok(record)
@@ -164,4 +165,4 @@ def test_dataparallel_mode_is_pytorch_on_gpus(worker_record, framework):
     elif record["device_kind"] == "gpu" or record["status"] == "ok":
         _ok(record)
     else:
-        assert record["status"] == "not-applicable" and "needs CUDA GPUs" in record["error"]
+        assert record["status"] == "not-applicable" and record["error"].startswith(NeedsGPU.PREFIX)

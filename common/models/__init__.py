@@ -24,7 +24,7 @@ from types import ModuleType
 
 import numpy as np
 
-NAMES = ("lenet",)   # resnet18 joins once every framework has it
+NAMES = ("lenet", "resnet18")
 
 
 class UnknownModel(ValueError):

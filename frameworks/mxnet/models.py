@@ -2,6 +2,7 @@
 from mxnet import gluon, nd
 
 from common.contract import ModelOps
+from common.models import resnet18 as R
 
 loss = gluon.loss.SoftmaxCrossEntropyLoss()
 
@@ -18,5 +19,29 @@ class LeNet(ModelOps):
         return nd.dot(h3, params[6]) + params[7]
 
 
+class ResNet18(ModelOps):
+    # MXNet 1.x updates the running statistics in the backward pass, with the biased
+    # variance; momentum is the weight of the old value (0.9 = PyTorch's 0.1)
+    unbiased_running_var = False
+
+    def apply(self, params, state, X, training):
+        def conv(x, c, stride, pad):
+            W = params[c["weight"]]
+            return nd.Convolution(data=x, weight=W, bias=params[c["bias"]], kernel=W.shape[2:],
+                                  stride=(stride, stride), pad=(pad, pad), num_filter=W.shape[0])
+
+        def bn(x, i):
+            return nd.BatchNorm(x, params[i["gamma"]], params[i["beta"]], state[i["mean"]],
+                                state[i["var"]], eps=R.BN_EPS, momentum=1 - R.BN_MOMENTUM,
+                                fix_gamma=False, use_global_stats=not training)
+
+        h = nd.relu(bn(conv(X, R.STEM["conv"], 1, 1), R.STEM["bn"]))
+        for b in R.BLOCKS:
+            y = nd.relu(bn(conv(h, b["conv1"], b["stride"], 1), b["bn1"]))
+            y = bn(conv(y, b["conv2"], 1, 1), b["bn2"])
+            h = nd.relu(y + (conv(h, b["shortcut"], b["stride"], 0) if b["shortcut"] else h))
+        return nd.dot(h.mean(axis=(2, 3)), params[R.FC["weight"]]) + params[R.FC["bias"]]
+
+
 class Models:
-    models = {"lenet": LeNet()}
+    models = {"lenet": LeNet(), "resnet18": ResNet18()}

@@ -3,7 +3,8 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 from mxnet.gluon import nn
 
-from common.contract import NotApplicable, Trainer, predict_in_batches
+from common.contract import NeedsGPU, NotApplicable, Trainer, predict_in_batches
+from common.models import resnet18 as R
 
 from .devices import context
 from .models import loss
@@ -20,24 +21,85 @@ def gluon_lenet():
     return net
 
 
+class Residual(nn.HybridBlock):
+    """d2l's Residual block, as the chapter's concise MXNet writes it."""
+
+    def __init__(self, cin, cout, use_1x1conv, strides, norm):
+        super().__init__()
+        self.conv1 = nn.Conv2D(cout, kernel_size=3, padding=1, strides=strides, in_channels=cin)
+        self.conv2 = nn.Conv2D(cout, kernel_size=3, padding=1, in_channels=cout)
+        self.conv3 = (nn.Conv2D(cout, kernel_size=1, strides=strides, in_channels=cin)
+                      if use_1x1conv else None)
+        self.bn1, self.bn2 = norm(cout), norm(cout)
+
+    def hybrid_forward(self, F, X):
+        Y = F.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        if self.conv3:
+            X = self.conv3(X)
+        return F.relu(Y + X)
+
+
+def gluon_resnet18(sync_devices=0):
+    """The chapter's concise resnet18(10) in gluon; BatchNorm synchronised over
+    sync_devices contexts when that is more than zero (gluon.contrib's SyncBatchNorm)."""
+    def norm(c):
+        kw = dict(momentum=1 - R.BN_MOMENTUM, epsilon=R.BN_EPS, in_channels=c)
+        return (gluon.contrib.nn.SyncBatchNorm(num_devices=sync_devices, **kw) if sync_devices
+                else nn.BatchNorm(**kw))
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(64, kernel_size=3, strides=1, padding=1, in_channels=1), norm(64),
+            nn.Activation("relu"))
+    for b in R.BLOCKS:
+        net.add(Residual(b["in"], b["out"], b["shortcut"] is not None, b["stride"], norm))
+    net.add(nn.GlobalAvgPool2D(), nn.Dense(R.NUM_CLASSES, in_units=512))
+    return net
+
+
+def _lenet_slots(net):
+    params = list(net.collect_params().values())   # registered in the common order
+    return params, []
+
+
+def _resnet18_slots(net):
+    """The gluon Parameters in the order of PARAM_NAMES and STATE_NAMES."""
+    ps, ss = [None] * len(R.PARAM_NAMES), [None] * len(R.STATE_NAMES)
+
+    def put(conv, bn, c, i):
+        ps[c["weight"]], ps[c["bias"]] = conv.weight, conv.bias
+        if bn is not None:
+            ps[i["gamma"]], ps[i["beta"]] = bn.gamma, bn.beta
+            ss[i["mean"]], ss[i["var"]] = bn.running_mean, bn.running_var
+
+    put(net[0], net[1], R.STEM["conv"], R.STEM["bn"])
+    for block, b in zip(list(net)[3:3 + len(R.BLOCKS)], R.BLOCKS):
+        put(block.conv1, block.bn1, b["conv1"], b["bn1"])
+        put(block.conv2, block.bn2, b["conv2"], b["bn2"])
+        if b["shortcut"]:
+            put(block.conv3, None, b["shortcut"], None)
+    ps[R.FC["weight"]], ps[R.FC["bias"]] = net[-1].weight, net[-1].bias
+    return ps, ss
+
+
 def _to_gluon(params):
     # gluon's Dense stores its weight as (out, in): transpose the 2-D weights
     return [p.T if p.ndim == 2 else p for p in params]
 
 
-# model name -> (a gluon network, parameters in the common layout -> gluon's, and back)
-GLUON_MODELS = {"lenet": (gluon_lenet, _to_gluon, _to_gluon)}
+# model name -> (build(sync_devices), its Parameters in the common order); parameters
+# cross between the layouts with _to_gluon (its own inverse)
+GLUON_MODELS = {"lenet": (lambda sync_devices=0: gluon_lenet(), _lenet_slots),
+                "resnet18": (gluon_resnet18, _resnet18_slots)}
 
 
 class GluonTrainer(Trainer):
-    def __init__(self, model, params, devices, lr):
-        build, self.to_gluon, self.from_gluon = GLUON_MODELS[model]
+    def __init__(self, model, params, state, devices, lr, sync_bn=False):
+        build, slots = GLUON_MODELS[model]
         self.ctxs = [context(d) for d in devices]
-        self.net = build()
+        self.net = build(len(devices) if sync_bn else 0)
         self.net.initialize(ctx=self.ctxs)
-        self.params = [p for p in self.net.collect_params().values() if p.grad_req != "null"]
-        self.state = [p for p in self.net.collect_params().values() if p.grad_req == "null"]
-        self.load_params(params, [])
+        self.params, self.state = slots(self.net)
+        self.load_params(params, state)
         self.net.hybridize(static_alloc=True, static_shape=True)
         gpu = self.ctxs[0].device_type == "gpu"
         self.trainer = gluon.Trainer(self.net.collect_params(), "sgd", {"learning_rate": lr},
@@ -61,20 +123,28 @@ class GluonTrainer(Trainer):
             lambda x: self.net(nd.array(x, ctx=self.ctxs[0])).asnumpy(), X)
 
     def replica_params(self):
-        return [self.from_gluon([p.data(c).asnumpy() for p in self.params]) for c in self.ctxs]
+        return [_to_gluon([p.data(c).asnumpy() for p in self.params]) for c in self.ctxs]
 
     def replica_state(self):
         return [[p.data(c).asnumpy() for p in self.state] for c in self.ctxs]
 
     def load_params(self, params, state):
-        for p, v in zip(self.params, self.to_gluon(list(params))):
+        for p, v in zip(self.params, _to_gluon([np.asarray(v) for v in params])):
             p.set_data(nd.array(v))
         for p, v in zip(self.state, state):
             p.set_data(nd.array(v))
 
 
 class Native:
+    def check_sync_bn(self, devices):
+        if not all(d.startswith("gpu") for d in devices):
+            raise NeedsGPU("gluon.contrib.nn.SyncBatchNorm synchronises GPUs; over CPU contexts "
+                           "a 2-device step did not finish in 300 s (MXNet 1.9.1, measured)")
+
     def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
+        if sync_bn:
+            self.check_sync_bn(devices)
         if model not in GLUON_MODELS:
             raise NotApplicable(f"mxnet native mode has no gluon {model} yet")
-        return GluonTrainer(model, params, devices, lr)
+        from common import models
+        return GluonTrainer(model, params, models.get(model).init_state(), devices, lr, sync_bn)

@@ -3,6 +3,7 @@ import paddle
 import paddle.nn.functional as F
 
 from common.contract import ModelOps
+from common.models import resnet18 as R
 
 
 def plus_bias(h, b, shape):
@@ -26,8 +27,29 @@ class LeNet(ModelOps):
         return plus_bias(paddle.matmul(h3, params[6]), params[7], [1, -1])
 
 
+class ResNet18(ModelOps):
+    # momentum is the weight of the old value (0.9 = PyTorch's 0.1)
+    unbiased_running_var = False
+
+    def apply(self, params, state, X, training):
+        def conv(x, c, stride, pad):
+            return F.conv2d(x, params[c["weight"]], params[c["bias"]], stride, pad)
+
+        def bn(x, i):   # in training, updates the running statistics in place
+            return F.batch_norm(x, state[i["mean"]], state[i["var"]], params[i["gamma"]],
+                                params[i["beta"]], training=training,
+                                momentum=1 - R.BN_MOMENTUM, epsilon=R.BN_EPS)
+
+        h = F.relu(bn(conv(X, R.STEM["conv"], 1, 1), R.STEM["bn"]))
+        for b in R.BLOCKS:
+            y = F.relu(bn(conv(h, b["conv1"], b["stride"], 1), b["bn1"]))
+            y = bn(conv(y, b["conv2"], 1, 1), b["bn2"])
+            h = F.relu(y + (conv(h, b["shortcut"], b["stride"], 0) if b["shortcut"] else h))
+        return paddle.matmul(h.mean(axis=[2, 3]), params[R.FC["weight"]]) + params[R.FC["bias"]]
+
+
 class Models:
-    models = {"lenet": LeNet()}
+    models = {"lenet": LeNet(), "resnet18": ResNet18()}
 
     def forward(self, model, params, X, training=False):
         with paddle.no_grad():
