@@ -26,8 +26,8 @@ def render(out: Path, command: str, console: Console, plots: bool = True,
     model_names = ", ".join(dict.fromkeys(r["model"] for r in rows))
     console.print(report.table(rows, title=f"{model_names}: data-parallel training"))
     for line in report.notes(rows):
-        console.print(line, highlight=False)
-    console.print(f"results: {out}")
+        console.print(line, highlight=False, markup=False)
+    console.print(f"results: {out}", highlight=False, markup=False)
     return records
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 COLUMNS = ("framework", "model", "mode", "devices", "status", "test acc", "train loss", "sec/epoch", "samples/s",
            "speed-up", "efficiency", "peak MB", "note")
@@ -77,7 +78,7 @@ def table(rows: list[dict], title: str | None = None, markdown: bool = False) ->
         t.add_column(header, justify="left" if c in ("framework", "mode", "status", "note") else "right",
                      no_wrap=c != "note", min_width=None if c == "note" else width)
     for r in cells:
-        t.add_row(*r)
+        t.add_row(*(Text(c) for c in r))    # text from data (errors, hints) shown literally
     return t
 
 

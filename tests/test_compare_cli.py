@@ -72,3 +72,18 @@ def test_report_renders_a_results_folder_again(tmp_path):
 def test_report_of_an_empty_folder_is_exit_2(tmp_path):
     proc = run_python(["-m", "benchmarks.report", str(tmp_path)])
     assert proc.returncode == 2 and "no run records" in proc.stderr
+
+
+def test_install_hints_are_shown_literally(tmp_path):
+    """A not-installed row keeps the '[extra]' of its hint (rich would eat it as markup)."""
+    from common import report
+    from common.results import RunConfig, new_record
+    from rich.console import Console
+    import io
+    record = new_record(RunConfig("paddle", "scratch", 1))
+    record.update(status="not-installed", error="not installed: pip install -e '.[paddle]'")
+    rows = report.summarize([record])
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(report.table(rows, markdown=True))
+    assert "pip install -e '.[paddle]'" in buf.getvalue()
+    assert "pip install -e '.[paddle]'" in report.markdown_report(rows, [record], "compare")
