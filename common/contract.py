@@ -279,12 +279,17 @@ class Backend(ABC):
         """In-process trainer over `devices`; in a multi-process run, rank `rank` of
         `world` on `devices[0]`, its process group already joined (see join)."""
 
+    # Why the framework's synchronised BatchNorm needs GPUs, where it does
+    sync_bn_needs_gpu: str | None = None
+
     def check_sync_bn(self, devices: Sequence[str]) -> None:
         """Raise NotApplicable (or NeedsGPU) where synchronised BatchNorm cannot run on
         `devices`; called before any process starts."""
         gap = registry.KNOWN_GAPS.get((self.name, "sync-bn"))
         if gap:
             raise NotApplicable(gap)
+        if self.sync_bn_needs_gpu and not all(d.startswith("gpu") for d in devices):
+            raise NeedsGPU(self.sync_bn_needs_gpu)
 
     def dataparallel_trainer(self, model: str, params: Sequence[np.ndarray],
                              devices: Sequence[str], lr: float) -> Trainer:

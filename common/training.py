@@ -4,7 +4,6 @@ built and how many processes it takes; common.launcher starts those processes.""
 from __future__ import annotations
 
 import json
-import os
 import resource
 import sys
 import tempfile

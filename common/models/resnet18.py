@@ -80,6 +80,42 @@ def _build():
 # FC = {"weight": i, "bias": i}
 
 
+def walk(X, conv, bn, relu):
+    """The network written once for every framework's ops: conv(x, slots, stride, pad)
+    and bn(x, slots) close over the framework's parameter and state lists (slots as in
+    STEM/BLOCKS), relu is the framework's. Returns the last block's feature maps;
+    the framework pools them and applies FC."""
+    h = relu(bn(conv(X, STEM["conv"], 1, 1), STEM["bn"]))
+    for b in BLOCKS:
+        y = relu(bn(conv(h, b["conv1"], b["stride"], 1), b["bn1"]))
+        y = bn(conv(y, b["conv2"], 1, 1), b["bn2"])
+        h = relu(y + (conv(h, b["shortcut"], b["stride"], 0) if b["shortcut"] else h))
+    return h
+
+
+def layer_slots(stem, blocks, fc, bn_names):
+    """A layered ResNet-18's parameters and state objects in the order of PARAM_NAMES
+    and STATE_NAMES. stem: (conv, bn); blocks: (conv1, bn1, conv2, bn2, shortcut conv
+    or None) per block; fc: the dense layer; conv and dense layers hold .weight and
+    .bias, and bn_names names a BatchNorm layer's scale, shift, mean and variance."""
+    ps, ss = [None] * len(PARAM_NAMES), [None] * len(STATE_NAMES)
+
+    def put(conv, bn, c, i):
+        ps[c["weight"]], ps[c["bias"]] = conv.weight, conv.bias
+        if bn is not None:
+            ps[i["gamma"]], ps[i["beta"]], ss[i["mean"]], ss[i["var"]] = (
+                getattr(bn, n) for n in bn_names)
+
+    put(*stem, STEM["conv"], STEM["bn"])
+    for (conv1, bn1, conv2, bn2, short), b in zip(blocks, BLOCKS):
+        put(conv1, bn1, b["conv1"], b["bn1"])
+        put(conv2, bn2, b["conv2"], b["bn2"])
+        if b["shortcut"]:
+            put(short, None, b["shortcut"], None)
+    ps[FC["weight"]], ps[FC["bias"]] = fc.weight, fc.bias
+    return ps, ss
+
+
 def _spatial(h, stride):
     return (h + 2 - 3) // stride + 1
 

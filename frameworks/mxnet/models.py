@@ -35,11 +35,7 @@ class ResNet18(ModelOps):
                                 state[i["var"]], eps=R.BN_EPS, momentum=1 - R.BN_MOMENTUM,
                                 fix_gamma=False, use_global_stats=not training)
 
-        h = nd.relu(bn(conv(X, R.STEM["conv"], 1, 1), R.STEM["bn"]))
-        for b in R.BLOCKS:
-            y = nd.relu(bn(conv(h, b["conv1"], b["stride"], 1), b["bn1"]))
-            y = bn(conv(y, b["conv2"], 1, 1), b["bn2"])
-            h = nd.relu(y + (conv(h, b["shortcut"], b["stride"], 0) if b["shortcut"] else h))
+        h = R.walk(X, conv, bn, nd.relu)
         return nd.dot(h.mean(axis=(2, 3)), params[R.FC["weight"]]) + params[R.FC["bias"]]
 
 

@@ -3,7 +3,7 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 from mxnet.gluon import nn
 
-from common.contract import NeedsGPU, NotApplicable, Trainer, predict_in_batches
+from common.contract import NotApplicable, Trainer, predict_in_batches
 from common.models import resnet18 as R
 
 from .devices import context
@@ -63,22 +63,10 @@ def _lenet_slots(net):
 
 def _resnet18_slots(net):
     """The gluon Parameters in the order of PARAM_NAMES and STATE_NAMES."""
-    ps, ss = [None] * len(R.PARAM_NAMES), [None] * len(R.STATE_NAMES)
-
-    def put(conv, bn, c, i):
-        ps[c["weight"]], ps[c["bias"]] = conv.weight, conv.bias
-        if bn is not None:
-            ps[i["gamma"]], ps[i["beta"]] = bn.gamma, bn.beta
-            ss[i["mean"]], ss[i["var"]] = bn.running_mean, bn.running_var
-
-    put(net[0], net[1], R.STEM["conv"], R.STEM["bn"])
-    for block, b in zip(list(net)[3:3 + len(R.BLOCKS)], R.BLOCKS):
-        put(block.conv1, block.bn1, b["conv1"], b["bn1"])
-        put(block.conv2, block.bn2, b["conv2"], b["bn2"])
-        if b["shortcut"]:
-            put(block.conv3, None, b["shortcut"], None)
-    ps[R.FC["weight"]], ps[R.FC["bias"]] = net[-1].weight, net[-1].bias
-    return ps, ss
+    blocks = list(net)[3:3 + len(R.BLOCKS)]
+    return R.layer_slots((net[0], net[1]), [(m.conv1, m.bn1, m.conv2, m.bn2, m.conv3)
+                                            for m in blocks], net[-1],
+                         ("gamma", "beta", "running_mean", "running_var"))
 
 
 def _to_gluon(params):
@@ -136,10 +124,8 @@ class GluonTrainer(Trainer):
 
 
 class Native:
-    def check_sync_bn(self, devices):
-        if not all(d.startswith("gpu") for d in devices):
-            raise NeedsGPU("gluon.contrib.nn.SyncBatchNorm synchronises GPUs; over CPU contexts "
-                           "a 2-device step did not finish in 300 s (MXNet 1.9.1, measured)")
+    sync_bn_needs_gpu = ("gluon.contrib.nn.SyncBatchNorm synchronises GPUs; over CPU contexts "
+                         "a 2-device step did not finish in 300 s (MXNet 1.9.1, measured)")
 
     def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
         if sync_bn:

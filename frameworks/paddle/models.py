@@ -40,11 +40,7 @@ class ResNet18(ModelOps):
                                 params[i["beta"]], training=training,
                                 momentum=1 - R.BN_MOMENTUM, epsilon=R.BN_EPS)
 
-        h = F.relu(bn(conv(X, R.STEM["conv"], 1, 1), R.STEM["bn"]))
-        for b in R.BLOCKS:
-            y = F.relu(bn(conv(h, b["conv1"], b["stride"], 1), b["bn1"]))
-            y = bn(conv(y, b["conv2"], 1, 1), b["bn2"])
-            h = F.relu(y + (conv(h, b["shortcut"], b["stride"], 0) if b["shortcut"] else h))
+        h = R.walk(X, conv, bn, F.relu)
         return paddle.matmul(h.mean(axis=[2, 3]), params[R.FC["weight"]]) + params[R.FC["bias"]]
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from common.contract import NeedsGPU, Trainer, predict_in_batches
+from common.contract import Trainer, predict_in_batches
 from common.data import shard_bounds
 
 from .models import loss_sum
@@ -75,10 +75,8 @@ class DataParallelTrainer(Trainer):
 
 
 class Native:
-    def check_sync_bn(self, devices):
-        if not all(d.startswith("gpu") for d in devices):
-            raise NeedsGPU("paddle.nn.SyncBatchNorm has GPU kernels only (CPU build: 'The kernel "
-                           "`sync_batch_norm` is not registered')")
+    sync_bn_needs_gpu = ("paddle.nn.SyncBatchNorm has GPU kernels only (CPU build: 'The kernel "
+                         "`sync_batch_norm` is not registered')")
 
     def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
         if sync_bn:

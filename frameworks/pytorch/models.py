@@ -46,11 +46,7 @@ class ResNet18(ModelOps):
             return F.batch_norm(x, state[i["mean"]], state[i["var"]], params[i["gamma"]],
                                 params[i["beta"]], training, R.BN_MOMENTUM, R.BN_EPS)
 
-        h = F.relu(bn(conv(X, R.STEM["conv"], 1, 1), R.STEM["bn"]))
-        for b in R.BLOCKS:
-            y = F.relu(bn(conv(h, b["conv1"], b["stride"], 1), b["bn1"]))
-            y = bn(conv(y, b["conv2"], 1, 1), b["bn2"])
-            h = F.relu(y + (conv(h, b["shortcut"], b["stride"], 0) if b["shortcut"] else h))
+        h = R.walk(X, conv, bn, F.relu)
         return torch.mm(h.mean(dim=(2, 3)), params[R.FC["weight"]]) + params[R.FC["bias"]]
 
 
@@ -88,22 +84,9 @@ class ResNet18Module(nn.Module):
 
     def slots(self):
         """(parameters, state tensors) in the order of PARAM_NAMES and STATE_NAMES."""
-        ps, ss = [None] * len(R.PARAM_NAMES), [None] * len(R.STATE_NAMES)
-
-        def put(conv, bn, c, i):
-            ps[c["weight"]], ps[c["bias"]] = conv.weight, conv.bias
-            if bn is not None:
-                ps[i["gamma"]], ps[i["beta"]] = bn.weight, bn.bias
-                ss[i["mean"]], ss[i["var"]] = bn.running_mean, bn.running_var
-
-        put(self.stem[0], self.stem[1], R.STEM["conv"], R.STEM["bn"])
-        for m, b in zip(self.blocks, R.BLOCKS):
-            put(m.conv1, m.bn1, b["conv1"], b["bn1"])
-            put(m.conv2, m.bn2, b["conv2"], b["bn2"])
-            if b["shortcut"]:
-                put(m.conv3, None, b["shortcut"], None)
-        ps[R.FC["weight"]], ps[R.FC["bias"]] = self.fc.weight, self.fc.bias
-        return ps, ss
+        return R.layer_slots(self.stem[:2], [(m.conv1, m.bn1, m.conv2, m.bn2, m.conv3)
+                                             for m in self.blocks], self.fc,
+                             ("weight", "bias", "running_mean", "running_var"))
 
     def read(self):
         ps, ss = self.slots()

@@ -127,10 +127,8 @@ class Native:
                                 "the module on one device, no data parallelism")
         return DataParallelTrainer(self._module(model, params), devices, lr)
 
-    def check_sync_bn(self, devices):
-        if not all(d.startswith("gpu") for d in devices):
-            raise NeedsGPU("torch.nn.SyncBatchNorm works on CUDA devices only (DDP on CPU: "
-                           "'SyncBatchNorm layers only work with GPU modules')")
+    sync_bn_needs_gpu = ("torch.nn.SyncBatchNorm works on CUDA devices only (DDP on CPU: "
+                         "'SyncBatchNorm layers only work with GPU modules')")
 
     def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
         if sync_bn:

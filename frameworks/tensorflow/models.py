@@ -114,11 +114,7 @@ class ResNet18(ModelOps):
             return batch_norm(x, params[i["gamma"]], params[i["beta"]], state[i["mean"]],
                               state[i["var"]], training, self.synchronized)
 
-        h = tf.nn.relu(bn(conv(tf.transpose(X, [0, 2, 3, 1]), R.STEM["conv"], 1, 1), R.STEM["bn"]))
-        for b in R.BLOCKS:
-            y = tf.nn.relu(bn(conv(h, b["conv1"], b["stride"], 1), b["bn1"]))
-            y = bn(conv(y, b["conv2"], 1, 1), b["bn2"])
-            h = tf.nn.relu(y + (conv(h, b["shortcut"], b["stride"], 0) if b["shortcut"] else h))
+        h = R.walk(tf.transpose(X, [0, 2, 3, 1]), conv, bn, tf.nn.relu)
         return tf.reduce_mean(h, [1, 2]) @ params[R.FC["weight"]] + params[R.FC["bias"]]
 
 
