@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import shutil
@@ -24,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from common import data, models, registry
 from common.modes import MODES
-from common.results import RunConfig, env_info, new_record, record_filename, write_atomic
+from common.results import FAILED, RunConfig, env_info, new_record, record_filename, write_atomic
 
 from .report import render
 from .worker import QUIET_ENV, thread_env
@@ -51,6 +52,26 @@ def _positive(text):
     return v
 
 
+def _positive_float(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number above 0")
+    return v
+
+
+def _non_negative(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+    return v
+
+
 def _device_counts(text):
     try:
         counts = sorted({int(x) for x in text.split(",") if x.strip()})
@@ -73,8 +94,8 @@ def build_parser() -> Parser:
                    help="all, or a comma-separated list of: " +
                         "; ".join(f"{m.name} ({m.description})" for m in MODES.values()))
     p.add_argument("--devices", type=_device_counts, default=None,
-                   help="device counts to run, e.g. 1,2 (default: 1 and every GPU; "
-                        "1 and 2 virtual CPU devices without GPUs)")
+                   help="device counts to run, e.g. 1,2; repeats are dropped (default: 1 and "
+                        "every GPU; 1 and 2 virtual CPU devices without GPUs)")
     p.add_argument("--epochs", type=_positive, default=1)
     p.add_argument("--batch-size", type=_positive, default=256,
                    help="global batch, split over the devices (fixed whatever the device count)")
@@ -82,7 +103,7 @@ def build_parser() -> Parser:
                    help="weak scaling instead: the batch grows with the device count (this "
                         "times k on k devices) and so does the learning rate (--lr times k); "
                         "--batch-per-device 256 --lr 0.1 is the chapter's ResNet protocol")
-    p.add_argument("--lr", type=float, default=0.2)
+    p.add_argument("--lr", type=_positive_float, default=0.2)
     p.add_argument("--sync-bn", action="store_true",
                    help="synchronised BatchNorm across replicas (native mode, models with BatchNorm)")
     p.add_argument("--dataset", default="fashion-mnist", choices=("fashion-mnist", "synthetic"))
@@ -91,7 +112,7 @@ def build_parser() -> Parser:
                    help="cap on steps per epoch, for quick runs")
     p.add_argument("--eval-samples", type=_positive, default=None,
                    help="evaluate on the first N test images only (default: all), for quick looks")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_non_negative, default=0)
     p.add_argument("--threads", type=_positive, default=os.cpu_count() or 1,
                    help="CPU threads per run (split between the processes of a multi-process run)")
     p.add_argument("--timeout", type=_positive, default=3600, help="seconds allowed per run")
@@ -118,7 +139,11 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
     if args.framework == "all":
         frameworks = list(registry.NAMES)
     else:
-        frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]
+        frameworks = [f.strip() for f in args.framework.split(",")]
+        if "" in frameworks:
+            raise UsageError(f"--framework {args.framework!r} has an empty name; give names "
+                             f"separated by single commas, e.g. pytorch,mxnet")
+        frameworks = list(dict.fromkeys(frameworks))
         for f in frameworks:
             try:
                 registry.check_name(f)
@@ -144,6 +169,16 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
             data.locate_fashion_mnist(args.data_dir)
         except data.DataError as e:
             raise UsageError(str(e)) from None
+    if args.out is not None:          # last: it is the one check that creates something
+        out = Path(args.out)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            probe = out / ".write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            raise UsageError(f"--out {args.out} cannot be created or written ({e.strerror}); "
+                             "choose a writable folder") from None
     return frameworks, modes, counts
 
 
@@ -236,7 +271,7 @@ def main(argv=None) -> int:
     render(out, command, shown, plots=not args.no_plots, records=records)
     if args.json:
         print(json.dumps(records, indent=1))
-    return 1 if any(r["status"] == "failed" for r in records) else 0
+    return 1 if any(r["status"] in FAILED for r in records) else 0
 
 
 if __name__ == "__main__":

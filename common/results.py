@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 
-STATUSES = ("ok", "failed", "not-installed", "not-applicable")
+STATUSES = ("ok", "failed", "diverged", "not-installed", "not-applicable")
+FAILED = ("failed", "diverged")     # statuses that make compare exit 1
 # Every key a run record has (a test checks that runs write these and no others).
 RECORD_KEYS = (
     # what was run
@@ -22,7 +23,7 @@ RECORD_KEYS = (
     # what it measured
     "warmup_sec", "estimated_sec_per_epoch", "sec_per_epoch", "steps_per_epoch",
     "samples_per_sec", "eval_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
-    "step_losses", "peak_memory_mb", "peak_memory_source",
+    "step_losses", "peak_memory_mb", "peak_memory_source", "diverged_step", "last_finite_loss",
     # how it ended, and where
     "status", "error", "traceback", "env",
 )

@@ -26,6 +26,17 @@ def _max_rss_mb() -> float:
     return max(own, children) / 1024.0           # Linux reports KiB
 
 
+# A loss that grows past this many times the first step's counts as diverged.
+DIVERGENCE_FACTOR = 100.0
+
+
+def divergence(losses: np.ndarray, first: float) -> int | None:
+    """Index of the first loss that is not finite or exceeds DIVERGENCE_FACTOR x the
+    run's first loss, or None."""
+    bad = ~np.isfinite(losses) | (np.abs(losses) > DIVERGENCE_FACTOR * abs(first))
+    return int(np.argmax(bad)) if bad.any() else None
+
+
 def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Dataset,
           on_step: Callable[[], None] = lambda: None, evaluate: bool = True,
           on_estimate: Callable[[float], None] = lambda s: None) -> dict:
@@ -56,6 +67,7 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
         on_estimate(out["estimated_sec_per_epoch"])
     trainer.load_params(params0, state0)
 
+    done = 0
     for order in orders:
         backend.synchronize()
         t0 = time.perf_counter()
@@ -63,6 +75,17 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
         backend.synchronize()
         out["sec_per_epoch"].append(time.perf_counter() - t0)
         losses = trainer.losses(handles)
+        # Divergence ends the run at the end of the epoch it shows in (the losses are
+        # read once per epoch, so that steps never wait for the host).
+        bad = divergence(losses, losses[0] if done == 0 else out["first_loss"])
+        out.setdefault("first_loss", float(losses[0]) if len(losses) else None)
+        if bad is not None:
+            finite = [float(v) for v in losses[:bad] if np.isfinite(v)]
+            out["diverged_step"] = done + bad
+            out["last_finite_loss"] = finite[-1] if finite else None
+            out["step_losses"] += [float(v) for v in losses[: max(0, STEP_LOSSES_KEPT - len(out["step_losses"]))]]
+            break
+        done += len(order)
         out["train_loss"].append(float(np.mean(losses)))
         if len(out["step_losses"]) < STEP_LOSSES_KEPT:
             out["step_losses"] += [float(v) for v in losses[: STEP_LOSSES_KEPT - len(out["step_losses"])]]
@@ -71,9 +94,11 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
             pred = trainer.predict(X_test)
             out["eval_sec"].append(time.perf_counter() - t0)
             out["test_accuracy_per_epoch"].append(float((pred == y_test).mean()))
+    out.pop("first_loss", None)
     if evaluate:
-        out["test_accuracy"] = out["test_accuracy_per_epoch"][-1] if orders else None
-    steps = sum(len(o) for o in orders)
+        out["test_accuracy"] = (out["test_accuracy_per_epoch"][-1]
+                                if out["test_accuracy_per_epoch"] else None)
+    steps = sum(len(o) for o in orders[: len(out["sec_per_epoch"])])
     total = sum(out["sec_per_epoch"])
     out["samples_per_sec"] = steps * cfg.batch_size / total if total else None
     out["steps_per_epoch"] = [len(o) for o in orders]
@@ -170,6 +195,11 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
         record["peak_memory_mb"] = peak if peak is not None else _max_rss_mb()
         record["peak_memory_source"] = "device allocator" if peak is not None else "process max RSS"
         record["status"] = "ok"
+        if record.get("diverged_step") is not None:
+            record.update(status="diverged", error=(
+                f"the loss diverged at step {record['diverged_step']} (not finite, or over "
+                f"{DIVERGENCE_FACTOR:g}x the first loss); last finite loss "
+                f"{record['last_finite_loss']}; lower --lr"))
         if gap:
             record.update(status="failed", error=f"listed as a known gap ({gap}) but it ran; "
                                                  "update common.registry.KNOWN_GAPS")

@@ -16,6 +16,12 @@ BAD_INPUT = [
     (["--batch-size", "1", "--devices", "1,2"], "smaller than 2 devices"),
     (["--data-dir", "/nonexistent/fashion"], "--data-dir /nonexistent/fashion does not exist"),
     (["--epochs", "0"], "must be at least 1"),
+    (["--seed", "-5"], "-5 must be 0 or more"),
+    (["--lr", "nan"], "must be a finite number above 0"),
+    (["--lr", "-0.1"], "must be a finite number above 0"),
+    (["--lr", "inf"], "must be a finite number above 0"),
+    (["--framework", "pytorch,,mxnet"], "has an empty name"),
+    (["--out", "/proc/x/y"], "--out /proc/x/y cannot be created or written"),
 ]
 
 
@@ -87,3 +93,16 @@ def test_install_hints_are_shown_literally(tmp_path):
     Console(file=buf, width=200).print(report.table(rows, markdown=True))
     assert "pip install -e '.[paddle]'" in buf.getvalue()
     assert "pip install -e '.[paddle]'" in report.markdown_report(rows, [record], "compare")
+
+
+def test_an_exploding_loss_is_diverged_not_ok(tmp_path):
+    framework = next(f for f in covered() if (f, "scratch") not in registry.KNOWN_GAPS)
+    proc = run_python(["-m", "benchmarks.compare", "--framework", framework, "--mode", "scratch",
+                       "--devices", "1", "--dataset", "synthetic", "--steps-per-epoch", "10",
+                       "--lr", "1000", "--out", str(tmp_path), "--json", "--no-plots"])
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    record = json.loads(proc.stdout)[0]
+    assert record["status"] == "diverged", record["error"]
+    assert record["diverged_step"] is not None and "diverged at step" in record["error"]
+    assert record["test_accuracy"] is None
+    assert "diverged" in (tmp_path / "report.md").read_text()
