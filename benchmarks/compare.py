@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from common.modes import MODES
 from common.results import FAILED, RunConfig, env_info, new_record, record_filename, write_atomic
 
 from .report import render
+from .runner import Interrupts, run_worker
 from .worker import QUIET_ENV, thread_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,35 +183,31 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
 
 
 def _worker(cfg: RunConfig, out_path: Path, log_path: Path, timeout: int, advance,
-            estimated=lambda seconds: None) -> dict:
+            estimated, stop: Interrupts) -> dict:
     """Run one configuration in its own process; always returns a record."""
     env = {**os.environ, **QUIET_ENV, **thread_env(cfg.threads)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     out_path.unlink(missing_ok=True)
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "benchmarks.worker",
-                                 json.dumps(cfg.to_dict()), str(out_path)],
-                                stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=ROOT,
-                                start_new_session=True)
-        # on time-out, kill the whole session: a multi-process run's ranks too
-        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
-        timer.start()
-        for line in proc.stdout:             # '@step' lines, one per training step
-            if line.startswith("@step"):
-                advance()
-            elif line.startswith("@estimate"):
-                estimated(float(line.split()[1]))
-        code = proc.wait()
-        timed_out = not timer.is_alive()
-        timer.cancel()
-    if out_path.exists() and not timed_out:
+
+    def on_line(line):                      # '@step' lines, one per training step
+        if line.startswith("@step"):
+            advance()
+        elif line.startswith("@estimate"):
+            estimated(float(line.split()[1]))
+
+    done = run_worker(["-m", "benchmarks.worker", json.dumps(cfg.to_dict()), str(out_path)],
+                      log_path, timeout, on_line, env=env, cwd=ROOT, stop=stop)
+    if out_path.exists() and not (done.timed_out or done.interrupted):
         return json.loads(out_path.read_text())
     record = new_record(cfg)
     record["env"] = env_info()
-    tail = [l for l in log_path.read_text(errors="replace").splitlines() if l.strip()][-3:]
-    why = (f"timed out after {timeout} s" if timed_out
-           else f"worker died with exit code {code}" + (" (a crash: signal %d)" % -code if code < 0 else ""))
-    record["error"] = f"{why}; log {log_path}: " + " | ".join(tail)
+    if done.interrupted:
+        record.update(status="interrupted", error=f"interrupted by {signal.Signals(stop.signum).name}")
+    else:
+        code = done.code
+        why = (f"timed out after {timeout} s" if done.timed_out else
+               f"worker died with exit code {code}" + (" (a crash: signal %d)" % -code if code < 0 else ""))
+        record["error"] = f"{why}; log {log_path}: {done.log_tail}"
     write_atomic(out_path, record)
     return record
 
@@ -242,8 +238,10 @@ def main(argv=None) -> int:
     records = []
     columns = (TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[status]}"))
-    with Progress(*columns, console=err, transient=False) as progress:
+    with Interrupts() as stop, Progress(*columns, console=err, transient=False) as progress:
         for cfg in runs:
+            if stop.signum:
+                break                        # what finished stays; the rest is not started
             name = f"{cfg.framework} {cfg.mode} x{cfg.devices}"
             steps = n_train // cfg.batch_size
             steps = min(steps, cfg.steps_per_epoch) if cfg.steps_per_epoch else steps
@@ -261,7 +259,7 @@ def main(argv=None) -> int:
                             f"{name}: about {seconds * epochs / 60:.1f} min for {epochs} epoch(s), "
                             "estimated from a timed warm-up step", highlight=False, markup=False)
                 record = _worker(cfg, path, out / "logs" / (path.stem + ".log"), args.timeout,
-                                 lambda t=task: progress.advance(t), estimated)
+                                 lambda t=task: progress.advance(t), estimated, stop)
             progress.update(task, status=record["status"])
             progress.stop_task(task)
             records.append(record)
@@ -271,6 +269,8 @@ def main(argv=None) -> int:
     render(out, command, shown, plots=not args.no_plots, records=records)
     if args.json:
         print(json.dumps(records, indent=1))
+    if stop.signum:
+        return stop.exit_code
     return 1 if any(r["status"] in FAILED for r in records) else 0
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 
-STATUSES = ("ok", "failed", "diverged", "not-installed", "not-applicable")
+STATUSES = ("ok", "failed", "diverged", "interrupted", "not-installed", "not-applicable")
 FAILED = ("failed", "diverged")     # statuses that make compare exit 1
 # Every key a run record has (a test checks that runs write these and no others).
 RECORD_KEYS = (

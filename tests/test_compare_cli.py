@@ -106,3 +106,34 @@ def test_an_exploding_loss_is_diverged_not_ok(tmp_path):
     assert record["diverged_step"] is not None and "diverged at step" in record["error"]
     assert record["test_accuracy"] is None
     assert "diverged" in (tmp_path / "report.md").read_text()
+
+
+def test_sigint_stops_the_comparison_and_keeps_what_finished(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from tests.conftest import ROOT, subprocess_env
+    framework = covered()[0]
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.compare", "--framework", framework,
+                             "--mode", "native", "--devices", "1,2", "--dataset", "synthetic",
+                             "--epochs", "50", "--out", str(out), "--no-plots"],
+                            cwd=ROOT, env=subprocess_env(2), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(out.glob("logs/*.log")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(5)                                # the worker is training now
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 10, "took more than a few seconds to stop"
+    assert proc.returncode == 130, stderr[-2000:]
+    records = [json.loads(p.read_text()) for p in out.glob("*dev.json")]
+    assert [r["status"] for r in records] == ["interrupted"], records
+    assert "interrupted" in (out / "report.md").read_text()
+    time.sleep(1)
+    alive = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
+    assert not [p for p in alive if int(p) != os.getpid()], "a worker outlived the comparison"
