@@ -26,6 +26,12 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
+def ideal_speedup(record: dict) -> int:
+    """What the hardware allows: k on k GPUs; 1 for k virtual CPU devices, which share
+    the same cores (a 1-device run already uses them all)."""
+    return record["devices"] if record.get("device_kind") == "gpu" else 1
+
+
 def summarize(records: list[dict]) -> list[dict]:
     """One row per record; speed-up and scaling efficiency against the same
     framework's and mode's 1-device run of this comparison."""
@@ -44,7 +50,7 @@ def summarize(records: list[dict]) -> list[dict]:
             "status": r["status"], "test acc": r.get("test_accuracy"),
             "train loss": r["train_loss"][-1] if r.get("train_loss") else None, "sec/epoch": sec,
             "samples/s": r.get("samples_per_sec"), "speed-up": speedup,
-            "efficiency": speedup / r["devices"] if speedup else None,
+            "efficiency": speedup / ideal_speedup(r) if speedup else None,
             "peak MB": r.get("peak_memory_mb"),
             "note": (r.get("error") or "").splitlines()[0][:160] if r.get("error") else "",
         })
@@ -116,8 +122,10 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
         + (f", test accuracy on the first {cfg['eval_samples']} test images" if cfg.get("eval_samples")
            else "") + ".", "",
         "sec/epoch is the median over epochs, timed with the device synchronised; warm-up "
-        "is excluded (in each record as warmup_sec). Speed-up and efficiency are against the "
-        "same framework and mode on 1 device. Train loss is the last epoch's mean. Peak memory is the device allocator's peak on "
+        "is excluded (in each record as warmup_sec). Speed-up is the same framework and "
+        "mode's 1-device sec/epoch over this row's; efficiency is speed-up over the ideal the "
+        "hardware allows: k on k GPUs, 1 on CPU-only machines, where the k virtual devices "
+        "share the same cores (a 1-device run already uses them all). Train loss is the last epoch's mean. Peak memory is the device allocator's peak on "
         "GPUs, else the process's maximum resident set.", "",
         buf.getvalue().strip(), ""])
 

@@ -137,3 +137,16 @@ def test_sigint_stops_the_comparison_and_keeps_what_finished(tmp_path):
     time.sleep(1)
     alive = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
     assert not [p for p in alive if int(p) != os.getpid()], "a worker outlived the comparison"
+
+
+def test_efficiency_is_against_what_the_hardware_allows():
+    from common import report
+    from common.results import RunConfig, new_record
+    rows = []
+    for kind in ("cpu", "gpu"):
+        one, two = new_record(RunConfig("mxnet", "native", 1)), new_record(RunConfig("mxnet", "native", 2))
+        for r, sec in ((one, 10.0), (two, 10.0)):
+            r.update(status="ok", sec_per_epoch=[sec], device_kind=kind)
+        rows.append(report.summarize([one, two])[1])
+    assert rows[0]["speed-up"] == 1.0 and rows[0]["efficiency"] == 1.0     # shared CPU cores
+    assert rows[1]["efficiency"] == 0.5                                    # two real GPUs
