@@ -1,10 +1,14 @@
-"""Render a results folder again: `python -m benchmarks.report DIR`.
+"""Render a results folder again, or compare two: `python -m benchmarks.report DIR [NEW_DIR]`.
 
-Reads the JSON records that benchmarks.compare wrote there and rewrites
-report.md and the plots, printing the table; nothing is measured."""
+With one folder: reads the JSON records that benchmarks.compare wrote there and
+rewrites report.md and the plots, printing the table; nothing is measured.
+With two: the rows both hold, NEW_DIR's sec/epoch over DIR's and a verdict (faster,
+slower, within noise), printed and written to NEW_DIR/comparison.md; with
+--fail-on-slower the exit code is 1 when a row got slower beyond the noise."""
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 
@@ -34,13 +38,32 @@ def render(out: Path, command: str, console: Console, plots: bool = True,
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.split("\n\n")[0])
     p.add_argument("folder")
+    p.add_argument("new_folder", nargs="?", help="a second results folder to compare with the first")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--noise", type=float, default=report.DEFAULT_NOISE,
+                   help="relative change taken as noise when the runs do not show their own")
+    p.add_argument("--fail-on-slower", action="store_true",
+                   help="exit 1 when a row got slower beyond the noise (for a CI gate)")
     args = p.parse_args(argv)
-    out = Path(args.folder)
-    if not any(out.glob("*dev.json")):
-        print(f"report: error: no run records (*dev.json) in {out}; give a compare results folder",
-              file=sys.stderr)
-        return 2
+    folders = [Path(f) for f in (args.folder, args.new_folder) if f]
+    for out in folders:
+        if not any(out.glob("*dev.json")):
+            print(f"report: error: no run records (*dev.json) in {out}; give a compare results "
+                  "folder", file=sys.stderr)
+            return 2
+    if args.new_folder:
+        rows = report.compare_folders(load_records(folders[0]), load_records(folders[1]), args.noise)
+        # a pipe or log gets a width that fits the table, not rich's 80 columns
+        Console(width=None if sys.stdout.isatty() else 140).print(report.comparison_table(rows))
+        buf = io.StringIO()
+        Console(file=buf, width=300, color_system=None).print(report.comparison_table(rows, True))
+        (folders[1] / "comparison.md").write_text(
+            f"# {folders[1]} against {folders[0]}\n\nsec/epoch (median over epochs); noise: the "
+            f"larger of {args.noise:.0%} and either run's own spread over its epochs.\n\n"
+            + buf.getvalue())
+        slower = [r for r in rows if r["verdict"] == "slower"]
+        return 1 if (slower and args.fail_on_slower) else 0
+    out = folders[0]
     command_file = out / "command.txt"
     command = command_file.read_text().strip() if command_file.exists() else "(unknown)"
     render(out, command, Console(), plots=not args.no_plots)

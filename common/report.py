@@ -173,3 +173,52 @@ def _save(plt, fig, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+# Without repeats to measure it, the noise a timing is assumed to carry: the same run
+# on these shared machines varies by 10-40% from one time to the next.
+DEFAULT_NOISE = 0.15
+
+
+def _key(r: dict) -> tuple:
+    return (r["framework"], r.get("model", "lenet"), r["mode"], bool(r.get("sync_bn")), r["devices"])
+
+
+def _spread(r: dict) -> float:
+    """Relative spread (max - min) / median of a run's epoch times; 0 with one epoch."""
+    xs = r.get("sec_per_epoch") or []
+    return (max(xs) - min(xs)) / statistics.median(xs) if len(xs) > 1 else 0.0
+
+
+def compare_folders(before: list[dict], after: list[dict], noise: float = DEFAULT_NOISE) -> list[dict]:
+    """Rows present in both, with after/before sec/epoch and a verdict: slower or faster
+    beyond the noise (the larger of `noise` and either run's own epoch spread), else
+    within noise."""
+    old = {_key(r): r for r in before if r["status"] == "ok"}
+    rows = []
+    for r in after:
+        a = old.get(_key(r))
+        if r["status"] != "ok" or a is None:
+            continue
+        ta, tb = _median(a["sec_per_epoch"]), _median(r["sec_per_epoch"])
+        band = max(noise, _spread(a), _spread(r))
+        ratio = tb / ta
+        verdict = ("slower" if ratio > 1 + band else "faster" if ratio < 1 / (1 + band)
+                   else "within noise")
+        rows.append({"framework": r["framework"], "model": r.get("model", "lenet"),
+                     "mode": r["mode"] + (" sync-bn" if r.get("sync_bn") else ""),
+                     "devices": r["devices"], "before": ta, "after": tb, "ratio": ratio,
+                     "noise": band, "verdict": verdict})
+    return rows
+
+
+def comparison_table(rows: list[dict], markdown: bool = False) -> Table:
+    t = Table(title=None if markdown else "sec/epoch, after vs before",
+              box=box.MARKDOWN if markdown else box.SIMPLE_HEAD)
+    for c in ("framework", "model", "mode", "devices", "before", "after", "ratio", "noise", "verdict"):
+        t.add_column(c, justify="right" if c in ("devices", "before", "after", "ratio", "noise") else "left")
+    for r in rows:
+        t.add_row(*(Text(x) for x in (r["framework"], r["model"], r["mode"], str(r["devices"]),
+                                      f"{r['before']:.2f}", f"{r['after']:.2f}", f"{r['ratio']:.2f}",
+                                      f"±{r['noise']:.0%}", r["verdict"])))
+    return t

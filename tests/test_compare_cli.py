@@ -150,3 +150,24 @@ def test_efficiency_is_against_what_the_hardware_allows():
         rows.append(report.summarize([one, two])[1])
     assert rows[0]["speed-up"] == 1.0 and rows[0]["efficiency"] == 1.0     # shared CPU cores
     assert rows[1]["efficiency"] == 0.5                                    # two real GPUs
+
+
+def test_comparing_folders_flags_a_slowdown(tmp_path):
+    first = tmp_path / "a"
+    proc = run_python(["-m", "benchmarks.compare", "--framework", covered()[0], "--mode", "scratch",
+                       "--devices", "1", "--dataset", "synthetic", "--steps-per-epoch", "2",
+                       "--out", str(first), "--no-plots"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import shutil
+    same, slow = tmp_path / "same", tmp_path / "slow"
+    shutil.copytree(first, same)
+    shutil.copytree(first, slow)
+    for path in slow.glob("*dev.json"):
+        record = json.loads(path.read_text())
+        record["sec_per_epoch"] = [2 * s for s in record["sec_per_epoch"]]
+        path.write_text(json.dumps(record))
+    ok = run_python(["-m", "benchmarks.report", str(first), str(same), "--fail-on-slower"])
+    assert ok.returncode == 0 and "within noise" in ok.stdout, ok.stdout + ok.stderr
+    bad = run_python(["-m", "benchmarks.report", str(first), str(slow), "--fail-on-slower"])
+    assert bad.returncode == 1 and "slower" in bad.stdout, bad.stdout + bad.stderr
+    assert "slower" in (slow / "comparison.md").read_text()
