@@ -37,7 +37,7 @@ class Mode(ABC):
 
 class Scratch(Mode):
     def trainer(self, backend, cfg, devices, rank=0, world=1):
-        if cfg.sync_bn:
+        if cfg.sync_bn and not self.gap(backend.name):
             raise NotApplicable("the chapter's scratch mode normalises each shard with its own "
                                 "statistics; synchronised BatchNorm is a native-mode option")
         model = models.get(cfg.model)
@@ -51,12 +51,14 @@ class Native(Mode):
         return devices if registry.facts(framework).native_processes else 1
 
     def precheck(self, backend, cfg, devices):
-        if cfg.sync_bn:
+        if cfg.sync_bn and cfg.devices > 1:
             backend.check_sync_bn(devices)
 
     def trainer(self, backend, cfg, devices, rank=0, world=1):
+        # on one device BatchNorm has nothing to synchronise with: the plain layer
         return backend.native_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed),
-                                      devices, cfg.lr, rank, world, sync_bn=cfg.sync_bn)
+                                      devices, cfg.lr, rank, world,
+                                      sync_bn=cfg.sync_bn and cfg.devices > 1)
 
 
 class DataParallel(Mode):
