@@ -42,14 +42,21 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return v
+def _integer(minimum, rule):
+    """An argparse type: an integer of at least `minimum`, else `rule` in the message."""
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{text} must be {rule}")
+        return v
+    return parse
+
+
+_positive = _integer(1, "at least 1")
+_non_negative = _integer(0, "0 or more")
 
 
 def _positive_float(text):
@@ -59,16 +66,6 @@ def _positive_float(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not math.isfinite(v) or v <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be a finite number above 0")
-    return v
-
-
-def _non_negative(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
     return v
 
 
