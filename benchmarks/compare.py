@@ -4,7 +4,10 @@ Each (framework, mode, device count) runs in a worker process of its own
 (benchmarks.worker); a crash or time-out there is recorded in that run's record
 and the others go on. Results: one JSON record per run, report.md and plots in
 --out; a table on the terminal (on stderr with --json, which keeps stdout for
-the JSON list of records)."""
+the JSON list of records). Ctrl-C or SIGTERM stops the running worker, records it
+as interrupted and writes the report of what finished (exit 130 / 143);
+--resume DIR finishes such a comparison, --repeat N measures every configuration
+N times."""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -24,13 +28,27 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from common import data, models, registry
 from common.modes import MODES
-from common.results import FAILED, RunConfig, env_info, new_record, record_filename, write_atomic
+from common.results import (FAILED, REPEAT_KEYS, RecordError, RunConfig, env_info, new_record,
+                            read_record, record_filename, write_atomic)
 
 from .report import render
 from .runner import Interrupts, run_worker
 from .worker import QUIET_ENV, thread_env
 
 ROOT = Path(__file__).resolve().parent.parent
+PLAN_FILE = "comparison.json"      # what a results folder was asked to hold (for --resume)
+LOCK_FILE = ".lock"                # pid of the comparison writing the folder right now
+# Chosen so that `make compare` on a 2-core CPU ends within 15 minutes and every
+# row shows a model that learned (README, "What the default run shows"): the first
+# epoch sits on the ln 10 plateau, the second ends at 0.67-0.71 test accuracy, the
+# third at 0.75-0.77 for every framework and mode (measured). Without GPUs the
+# default runs 1 device: virtual devices share the same cores (ideal speed-up 1).
+DEFAULT_EPOCHS = 3
+CPU_DEFAULT_DEVICES = [1]
+# the options that make up a comparison (--resume takes them from PLAN_FILE)
+PLAN_OPTIONS = ("framework", "model", "mode", "devices", "epochs", "batch_size",
+                "batch_per_device", "lr", "sync_bn", "dataset", "data_dir", "steps_per_epoch",
+                "eval_samples", "seed", "threads", "repeat")
 
 
 class UsageError(Exception):
@@ -82,7 +100,7 @@ def _device_counts(text):
 
 def build_parser() -> Parser:
     p = Parser(prog="python -m benchmarks.compare", description=__doc__.split("\n\n")[0],
-               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+               allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--framework", default="all",
                    help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}")
     p.add_argument("--model", default="lenet", choices=models.NAMES,
@@ -92,8 +110,10 @@ def build_parser() -> Parser:
                         "; ".join(f"{m.name} ({m.description})" for m in MODES.values()))
     p.add_argument("--devices", type=_device_counts, default=None,
                    help="device counts to run, e.g. 1,2; repeats are dropped (default: 1 and "
-                        "every GPU; 1 and 2 virtual CPU devices without GPUs)")
-    p.add_argument("--epochs", type=_positive, default=1)
+                        "every GPU; 1 alone without GPUs, where virtual devices would share "
+                        "the same cores)")
+    p.add_argument("--epochs", type=_positive, default=DEFAULT_EPOCHS,
+                   help="epochs per run (the chapter's protocol: 10)")
     p.add_argument("--batch-size", type=_positive, default=256,
                    help="global batch, split over the devices (fixed whatever the device count)")
     p.add_argument("--batch-per-device", type=_positive, default=None,
@@ -112,8 +132,14 @@ def build_parser() -> Parser:
     p.add_argument("--seed", type=_non_negative, default=0)
     p.add_argument("--threads", type=_positive, default=os.cpu_count() or 1,
                    help="CPU threads per run (split between the processes of a multi-process run)")
+    p.add_argument("--repeat", type=_positive, default=1,
+                   help="runs of every configuration, each in a fresh process, interleaved "
+                        "across frameworks; the table shows their median and spread")
     p.add_argument("--timeout", type=_positive, default=3600, help="seconds allowed per run")
     p.add_argument("--out", default=None, help="results folder (default: results/<time>)")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="finish the comparison in DIR: rerun only what is missing, failed, "
+                        "diverged or interrupted there, with DIR's configuration")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--json", action="store_true",
                    help="print the JSON list of run records on stdout, and nothing else there")
@@ -152,7 +178,7 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
         if m not in MODES:
             raise UsageError(f"unknown mode {m!r}; choose from: {', '.join(MODES)} (or all)")
     gpus = gpu_count()
-    counts = args.devices or (sorted({1, gpus}) if gpus else [1, 2])
+    counts = args.devices or (sorted({1, gpus}) if gpus else list(CPU_DEFAULT_DEVICES))
     if args.sync_bn and not models.get(args.model).STATE_NAMES:
         raise UsageError(f"--sync-bn needs a model with BatchNorm; {args.model} has none")
     if args.batch_per_device is None and args.batch_size < max(counts):
@@ -166,22 +192,228 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
             data.locate_fashion_mnist(args.data_dir)
         except data.DataError as e:
             raise UsageError(str(e)) from None
-    if args.out is not None:          # last: it is the one check that creates something
-        out = Path(args.out)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            probe = out / ".write-test"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as e:
-            raise UsageError(f"--out {args.out} cannot be created or written ({e.strerror}); "
-                             "choose a writable folder") from None
     return frameworks, modes, counts
 
 
-def _worker(cfg: RunConfig, out_path: Path, log_path: Path, timeout: int, advance,
-            estimated, stop: Interrupts) -> dict:
-    """Run one configuration in its own process; always returns a record."""
+@dataclass
+class Plan:
+    """What one comparison runs: its rows, its repeats and the options shared by every
+    run (stored in PLAN_FILE, so that --resume can finish it)."""
+    frameworks: list[str]
+    modes: list[str]
+    devices: list[int]
+    repeat: int
+    run: dict            # model, dataset, data_dir, epochs, batch_size, batch_per_device, lr, ...
+
+    RUN_KEYS = ("model", "dataset", "data_dir", "epochs", "batch_size", "batch_per_device", "lr",
+                "sync_bn", "seed", "threads", "steps_per_epoch", "eval_samples")
+
+    @classmethod
+    def from_args(cls, args, frameworks, modes, counts) -> "Plan":
+        return cls(frameworks, modes, counts, args.repeat,
+                   {k: getattr(args, k) for k in cls.RUN_KEYS})
+
+    def configs(self) -> list[RunConfig]:
+        r = self.run
+        weak = r["batch_per_device"] is not None
+        return [RunConfig(framework=f, mode=m, devices=n, model=r["model"], dataset=r["dataset"],
+                          data_dir=r["data_dir"], epochs=r["epochs"],
+                          batch_size=r["batch_per_device"] * n if weak else r["batch_size"],
+                          lr=r["lr"] * n if weak else r["lr"], batch_per_device=r["batch_per_device"],
+                          sync_bn=r["sync_bn"], seed=r["seed"], threads=r["threads"],
+                          steps_per_epoch=r["steps_per_epoch"], eval_samples=r["eval_samples"])
+                for f in self.frameworks for m in self.modes for n in self.devices]
+
+    def to_dict(self) -> dict:
+        return {"frameworks": self.frameworks, "modes": self.modes, "devices": self.devices,
+                "repeat": self.repeat, "run": self.run}
+
+    def as_options(self) -> dict:
+        """The plan as the options that would give it (argparse dests)."""
+        return {"framework": ",".join(self.frameworks), "mode": ",".join(self.modes),
+                "devices": self.devices, "repeat": self.repeat, **self.run}
+
+
+def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The options named on the command line (as argparse dests)."""
+    given = set()
+    for token in argv:
+        if token.startswith("--"):
+            action = parser._option_string_actions.get(token.split("=", 1)[0])
+            if action is not None:
+                given.add(action.dest)
+    return given
+
+
+def resume_plan(args, given: set[str]) -> Plan:
+    """The plan stored in --resume DIR; an option given that contradicts it is an error."""
+    folder = Path(args.resume)
+    if args.out is not None and Path(args.out).resolve() != folder.resolve():
+        raise UsageError(f"--resume {folder} writes into {folder}; drop --out {args.out}")
+    plan_path = folder / PLAN_FILE
+    if not plan_path.is_file():
+        raise UsageError(f"--resume {folder}: no {PLAN_FILE} there, so not a folder that "
+                         "benchmarks.compare wrote; give a compare results folder")
+    try:
+        stored = json.loads(plan_path.read_text())
+        plan = Plan(stored["frameworks"], stored["modes"], stored["devices"], stored["repeat"],
+                    {k: stored["run"].get(k) for k in Plan.RUN_KEYS})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UsageError(f"--resume {folder}: {plan_path} is unreadable ({e}); start a new "
+                         "comparison with --out") from None
+    if given & set(PLAN_OPTIONS):
+        frameworks, modes, counts = resolve(args)
+        mine = Plan.from_args(args, frameworks, modes, counts).as_options()
+        theirs = plan.as_options()
+        for dest in sorted(given & set(PLAN_OPTIONS)):
+            if mine[dest] != theirs[dest]:
+                option = "--" + dest.replace("_", "-")
+                raise UsageError(f"--resume {folder} was run with {option} {theirs[dest]}, not "
+                                 f"{mine[dest]}; drop {option}, or start a new comparison with --out")
+    return plan
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _lock_holder(lock: Path) -> int | None:
+    """The live pid (not ours) in a lock file, or None for none or a stale one."""
+    try:
+        pid = int(lock.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if pid != os.getpid() and _pid_alive(pid) else None
+
+
+# record fields that must agree between the runs of one results folder
+SAME_IN_A_FOLDER = ("model", "dataset", "epochs", "batch_size", "batch_per_device", "lr",
+                    "sync_bn", "seed", "threads", "eval_samples")
+
+
+def check_out(out: Path, plan: Plan, resuming: bool) -> None:
+    """Refuse an --out that cannot hold this comparison; writes nothing."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a folder; give a folder")
+    pid = _lock_holder(out / LOCK_FILE)
+    if pid:
+        raise UsageError(f"--out {out} is being written by another comparison (pid {pid}, "
+                         f"{out / LOCK_FILE}); wait for it to end or give another --out")
+    if not out.is_dir():
+        return
+    hint = "give a new --out" + ("" if resuming else f", or --resume {out} to finish that comparison")
+    stored = out / PLAN_FILE
+    if stored.is_file() and not resuming:
+        try:
+            theirs = json.loads(stored.read_text())["run"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UsageError(f"--out {out}: {stored} is unreadable ({e}); give a new --out") from None
+        diff = [k for k in Plan.RUN_KEYS if theirs.get(k) != plan.run.get(k)]
+        if diff:
+            raise UsageError(f"--out {out} holds a comparison of another configuration "
+                             f"({diff[0]} {theirs.get(diff[0])!r}, here {plan.run.get(diff[0])!r}); {hint}")
+    expected = {record_filename(new_record(c)): c for c in plan.configs()}
+    for path in sorted(out.glob("*dev.json")):
+        try:
+            record = read_record(path)
+        except RecordError as e:
+            raise UsageError(str(e)) from None
+        cfg = expected.get(path.name)
+        # under weak scaling the batch and lr grow with the device count: compare those
+        # only for a record of a configuration that this plan runs too
+        keys = SAME_IN_A_FOLDER if cfg else [k for k in SAME_IN_A_FOLDER if k not in ("batch_size", "lr")]
+        want = new_record(cfg or next(iter(expected.values())))
+        diff = [k for k in keys if k in record and record[k] != want[k]]
+        if diff:
+            raise UsageError(f"--out {out} holds records of another configuration ({path.name} has "
+                             f"{diff[0]} {record[diff[0]]!r}, here {want[diff[0]]!r}); {hint}")
+
+
+def _take_lock(lock: Path, out: Path) -> None:
+    """Create the lock file exclusively; a stale one (its pid gone) is taken over."""
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            pid = _lock_holder(lock)
+            if pid:
+                raise UsageError(f"--out {out} is being written by another comparison "
+                                 f"(pid {pid}, {lock}); wait for it to end or give another --out")
+            lock.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        return
+    raise UsageError(f"--out {out}: could not take the lock {lock}; try again")
+
+
+def claim_out(out: Path) -> Path:
+    """Create --out (and its parents) and take its lock; on failure remove what was
+    created and raise UsageError. Returns the lock file."""
+    created = []
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        created.append(probe)
+        probe = probe.parent
+    lock = out / LOCK_FILE
+    try:
+        for d in reversed(created):
+            d.mkdir()
+        _take_lock(lock, out)
+        (out / "logs").mkdir(exist_ok=True)
+    except OSError as e:
+        for d in created:                # innermost first
+            try:
+                for child in d.iterdir():
+                    child.unlink()
+                d.rmdir()
+            except OSError:
+                pass
+        raise UsageError(f"--out {out} cannot be created or written ({e.strerror or e}); "
+                         "choose a writable folder") from None
+    return lock
+
+
+def ok_repeats(record: dict) -> list[dict]:
+    """The figures of a record's successful repeats (a record without "repeats"
+    counts as one repeat)."""
+    repeats = record.get("repeats") or [{k: record.get(k) for k in REPEAT_KEYS}]
+    return [r for r in repeats if r.get("status") == "ok"]
+
+
+def merge_repeat(previous: dict | None, new: dict, planned: int) -> dict:
+    """The record of a configuration after one more repeat: the top-level fields are
+    its first successful repeat's, "repeats" holds the figures of each (a failed or
+    interrupted repeat stays there until it is run again)."""
+    kept = ok_repeats(previous) if previous else []
+    repeats = kept + [{k: new.get(k) for k in REPEAT_KEYS}]
+    base = previous if (previous and kept) else new
+    merged = {**base, "repeats": repeats, "repeat_planned": planned}
+    bad = [r for r in repeats if r["status"] != "ok"]
+    merged["status"] = bad[-1]["status"] if bad else "ok"
+    merged["error"] = bad[-1]["error"] if bad else base.get("error")
+    for k in ("diverged_step", "last_finite_loss"):
+        merged[k] = bad[-1].get(k) if bad else None
+    return merged
+
+
+def run_one(cfg: RunConfig, out: Path, rep: int, timeout: int, advance, estimated,
+            stop: Interrupts) -> dict:
+    """Run one configuration once, in its own process; always returns a record
+    (its own copy stays in logs/, beside the worker's log)."""
+    stem = Path(record_filename(new_record(cfg))).stem
+    out_path, log_path = out / "logs" / f"{stem}-r{rep}.json", out / "logs" / f"{stem}-r{rep}.log"
+    if not registry.is_installed(cfg.framework):
+        record = new_record(cfg)
+        record.update(status="not-installed", env=env_info(),
+                      error=f"not installed: {registry.install_hint(cfg.framework)}")
+        return record
     env = {**os.environ, **QUIET_ENV, **thread_env(cfg.threads)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     out_path.unlink(missing_ok=True)
@@ -195,7 +427,10 @@ def _worker(cfg: RunConfig, out_path: Path, log_path: Path, timeout: int, advanc
     done = run_worker(["-m", "benchmarks.worker", json.dumps(cfg.to_dict()), str(out_path)],
                       log_path, timeout, on_line, env=env, cwd=ROOT, stop=stop)
     if out_path.exists() and not (done.timed_out or done.interrupted):
-        return json.loads(out_path.read_text())
+        try:
+            return read_record(out_path)
+        except RecordError as e:
+            done.log_tail += f" | {e}"
     record = new_record(cfg)
     record["env"] = env_info()
     if done.interrupted:
@@ -209,66 +444,91 @@ def _worker(cfg: RunConfig, out_path: Path, log_path: Path, timeout: int, advanc
     return record
 
 
+def run_plan(plan: Plan, out: Path, args, progress: Progress, stop: Interrupts,
+             resume: bool) -> dict:
+    """Run every configuration plan.repeat times, repeats interleaved across frameworks
+    (all configurations once, then all again), each in a fresh process, so a slow drift
+    of the machine hits every framework alike. With resume, what --out already holds
+    done is kept. Stops at an interrupt: what finished stays, the rest is not started."""
+    n_train = data.train_size(plan.run["dataset"], plan.run["data_dir"], plan.run["seed"])
+    records = {}
+    for cfg in plan.configs() if resume else []:
+        path = out / record_filename(new_record(cfg))
+        if path.exists():
+            records[path.name] = read_record(path)
+    settled = set()                      # would end the same way again: not repeated
+    for rep in range(1, plan.repeat + 1):
+        for cfg in plan.configs():
+            if stop.signum:
+                return records
+            name = record_filename(new_record(cfg))
+            previous = records.get(name)
+            if name in settled or (previous is not None and (
+                    previous["status"] == "not-applicable" or len(ok_repeats(previous)) >= rep)):
+                continue
+            label = f"{cfg.framework} {cfg.mode} x{cfg.devices}" + (f" #{rep}" if plan.repeat > 1 else "")
+            steps = n_train // cfg.batch_size
+            steps = min(steps, cfg.steps_per_epoch) if cfg.steps_per_epoch else steps
+            task = progress.add_task(label, total=steps * cfg.epochs, status="")
+
+            def estimated(seconds, label=label, epochs=cfg.epochs):
+                if seconds * epochs > 60:        # worth saying before a long run
+                    progress.console.print(
+                        f"{label}: about {seconds * epochs / 60:.1f} min for {epochs} epoch(s), "
+                        "estimated from a timed warm-up step", highlight=False, markup=False)
+            new = run_one(cfg, out, rep, args.timeout, lambda t=task: progress.advance(t),
+                          estimated, stop)
+            records[name] = merge_repeat(previous, new, plan.repeat)
+            write_atomic(out / name, records[name])
+            progress.update(task, status=new["status"])
+            progress.stop_task(task)
+            if new["status"] in ("not-installed", "not-applicable", "failed", "diverged"):
+                settled.add(name)
+    return records
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        frameworks, modes, counts = resolve(args)
+        if args.resume:
+            plan, out = resume_plan(args, _given(parser, argv)), Path(args.resume)
+        else:
+            plan = Plan.from_args(args, *resolve(args))
+            out = Path(args.out or ROOT / "results" / time.strftime("%Y%m%d-%H%M%S"))
+        check_out(out, plan, resuming=bool(args.resume))
+        lock = claim_out(out)           # last: the one step that creates something
     except UsageError as e:
         print(f"compare: error: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out or ROOT / "results" / time.strftime("%Y%m%d-%H%M%S"))
-    (out / "logs").mkdir(parents=True, exist_ok=True)
+    try:
+        with Interrupts() as stop:
+            return _compare(args, argv, plan, out, stop)
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _compare(args, argv: list[str], plan: Plan, out: Path, stop: Interrupts) -> int:
+    write_atomic(out / PLAN_FILE, plan.to_dict())
     err = Console(stderr=True)
     # a log file or pipe gets a width that fits the table, not rich's 80 columns
     shown = err if args.json else Console(width=None if sys.stdout.isatty() else 140)
-
-    n_train = data.train_size(args.dataset, args.data_dir, args.seed)
-    weak = args.batch_per_device is not None
-    runs = [RunConfig(framework=f, mode=m, devices=n, model=args.model, dataset=args.dataset,
-                      data_dir=args.data_dir, epochs=args.epochs,
-                      batch_size=args.batch_per_device * n if weak else args.batch_size,
-                      lr=args.lr * n if weak else args.lr, batch_per_device=args.batch_per_device,
-                      sync_bn=args.sync_bn, seed=args.seed, threads=args.threads,
-                      steps_per_epoch=args.steps_per_epoch, eval_samples=args.eval_samples)
-            for f in frameworks for m in modes for n in counts]
-    records = []
     columns = (TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[status]}"))
-    with Interrupts() as stop, Progress(*columns, console=err, transient=False) as progress:
-        for cfg in runs:
-            if stop.signum:
-                break                        # what finished stays; the rest is not started
-            name = f"{cfg.framework} {cfg.mode} x{cfg.devices}"
-            steps = n_train // cfg.batch_size
-            steps = min(steps, cfg.steps_per_epoch) if cfg.steps_per_epoch else steps
-            task = progress.add_task(name, total=steps * cfg.epochs, status="")
-            path = out / record_filename(new_record(cfg))
-            if not registry.is_installed(cfg.framework):
-                record = new_record(cfg)
-                record.update(status="not-installed", env=env_info(),
-                              error=f"not installed: {registry.install_hint(cfg.framework)}")
-                write_atomic(path, record)
-            else:
-                def estimated(seconds, name=name, epochs=cfg.epochs):
-                    if seconds * epochs > 60:        # worth saying before a long run
-                        progress.console.print(
-                            f"{name}: about {seconds * epochs / 60:.1f} min for {epochs} epoch(s), "
-                            "estimated from a timed warm-up step", highlight=False, markup=False)
-                record = _worker(cfg, path, out / "logs" / (path.stem + ".log"), args.timeout,
-                                 lambda t=task: progress.advance(t), estimated, stop)
-            progress.update(task, status=record["status"])
-            progress.stop_task(task)
-            records.append(record)
-
-    command = "python -m benchmarks.compare " + " ".join(
-        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    render(out, command, shown, plots=not args.no_plots, records=records)
+    with Progress(*columns, console=err, transient=False) as progress:
+        records = run_plan(plan, out, args, progress, stop, resume=bool(args.resume))
+    if stop.signum:
+        err.print(f"{signal.Signals(stop.signum).name}: stopped; the report covers the runs that "
+                  f"finished. Finish with: python -m benchmarks.compare --resume {out}",
+                  markup=False, highlight=False)
+    command = "python -m benchmarks.compare " + " ".join(shlex.quote(a) for a in argv)
+    render(out, command, shown, plots=not args.no_plots)     # every record in --out
     if args.json:
-        print(json.dumps(records, indent=1))
+        print(json.dumps(list(records.values()), indent=1))
     if stop.signum:
         return stop.exit_code
-    return 1 if any(r["status"] in FAILED for r in records) else 0
+    return 1 if any(r["status"] in FAILED + ("interrupted",) for r in records.values()) else 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from common import report
-from common.results import load_records
+from common.results import RecordError, load_records
 
 
 def render(out: Path, command: str, console: Console, plots: bool = True,
@@ -31,11 +31,21 @@ def render(out: Path, command: str, console: Console, plots: bool = True,
     console.print(report.table(rows, title=f"{model_names}: data-parallel training"))
     for line in report.notes(rows):
         console.print(line, highlight=False, markup=False)
+    for line in report.definitions(rows, records):
+        console.print(line, highlight=False, markup=False, style="dim")
     console.print(f"results: {out}", highlight=False, markup=False)
     return records
 
 
 def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except RecordError as e:          # a corrupt record: one line naming the file
+        print(f"report: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.split("\n\n")[0])
     p.add_argument("folder")
     p.add_argument("new_folder", nargs="?", help="a second results folder to compare with the first")
@@ -59,7 +69,8 @@ def main(argv=None) -> int:
         Console(file=buf, width=300, color_system=None).print(report.comparison_table(rows, True))
         (folders[1] / "comparison.md").write_text(
             f"# {folders[1]} against {folders[0]}\n\nsec/epoch (median over epochs); noise: the "
-            f"larger of {args.noise:.0%} and either run's own spread over its epochs.\n\n"
+            f"larger of {args.noise:.0%} and either row's own spread (over its repeats, else its "
+            f"epochs).\n\n"
             + buf.getvalue())
         slower = [r for r in rows if r["verdict"] == "slower"]
         return 1 if (slower and args.fail_on_slower) else 0

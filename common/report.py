@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-COLUMNS = ("framework", "model", "mode", "devices", "status", "test acc", "train loss", "sec/epoch", "samples/s",
-           "speed-up", "efficiency", "peak MB", "note")
+COLUMNS = ("framework", "model", "mode", "devices", "status", "test acc", "train loss", "sec/epoch",
+           "spread", "samples/s", "speed-up", "efficiency", "peak MB", "note")
 
 
 SHORT = {"devices": "dev", "test acc": "test\nacc", "train loss": "train\nloss",
@@ -32,27 +32,66 @@ def ideal_speedup(record: dict) -> int:
     return record["devices"] if record.get("device_kind") == "gpu" else 1
 
 
+# A row whose repeats spread by more than this, (max - min) / median of their
+# sec/epoch, is marked noisy: runs of one configuration on a quiet machine agree to
+# a few per cent; on these shared machines they move by 10-40 %.
+NOISE_THRESHOLD = 0.10
+
+
+def repeat_figures(record: dict) -> list[dict]:
+    """The successful repeats of a record (benchmarks.compare --repeat); a record
+    without "repeats" is its own one repeat."""
+    keys = ("status", "sec_per_epoch", "steps_per_epoch", "samples_per_sec")
+    repeats = record.get("repeats") or [{k: record.get(k) for k in keys}]
+    return [r for r in repeats if r.get("status") == "ok" and r.get("sec_per_epoch")]
+
+
+def timing(record: dict) -> dict:
+    """sec/epoch of a configuration: the median over its repeats of each repeat's median
+    epoch time; samples/s from that same figure; spread = (max - min) / median of the
+    repeats' figures (None with one repeat); noisy when the spread > NOISE_THRESHOLD."""
+    reps = repeat_figures(record)
+    runs = [_median(r["sec_per_epoch"]) for r in reps]
+    sec = _median(runs)
+    steps = (reps[0].get("steps_per_epoch") or [None])[0] if reps else None
+    samples = (steps * record["batch_size"] / sec if (sec and steps and record.get("batch_size"))
+               else (reps[0].get("samples_per_sec") if reps else None))
+    spread = (max(runs) - min(runs)) / sec if len(runs) > 1 and sec else None
+    return {"sec": sec, "samples": samples, "spread": spread, "runs": runs,
+            "noisy": spread is not None and spread > NOISE_THRESHOLD}
+
+
 def summarize(records: list[dict]) -> list[dict]:
     """One row per record; speed-up and scaling efficiency against the same
     framework's and mode's 1-device run of this comparison."""
     def key(r):
         return r["framework"], r.get("model", "lenet"), r["mode"], bool(r.get("sync_bn"))
-    base = {key(r): _median(r["sec_per_epoch"])
-            for r in records if r["devices"] == 1 and r["status"] == "ok"}
+    timings = [timing(r) if r["status"] in ("ok", "failed", "interrupted") else timing({})
+               for r in records]
+    base = {key(r): t["sec"] for r, t in zip(records, timings) if r["devices"] == 1 and t["sec"]}
     rows = []
-    for r in records:
-        sec = _median(r["sec_per_epoch"]) if r["status"] == "ok" else None
+    for r, t in zip(records, timings):
+        sec = t["sec"]
         one = base.get(key(r))
         speedup = one / sec if (sec and one) else None
+        note = (r.get("error") or "").splitlines()[0][:160] if r.get("error") else ""
+        planned, done = r.get("repeat_planned") or 1, len(t["runs"])
+        if 0 < done < planned:
+            note = f"{done} of {planned} repeats" + ("; " + note if note else "")
+        if t["noisy"]:
+            note = (f"noisy: repeats spread {t['spread']:.0%} > {NOISE_THRESHOLD:.0%}"
+                    + ("; " + note if note else ""))
         rows.append({
             "framework": r["framework"], "model": r.get("model", "lenet"),
             "mode": r["mode"] + (" sync-bn" if r.get("sync_bn") else ""), "devices": r["devices"],
-            "status": r["status"], "test acc": r.get("test_accuracy"),
+            "status": r["status"], "test acc": r.get("test_accuracy") if r["status"] == "ok" else None,
             "train loss": r["train_loss"][-1] if r.get("train_loss") else None, "sec/epoch": sec,
-            "samples/s": r.get("samples_per_sec"), "speed-up": speedup,
+            "spread": t["spread"], "noisy": t["noisy"], "runs": t["runs"],
+            "samples/s": t["samples"], "speed-up": speedup,
             "efficiency": speedup / ideal_speedup(r) if speedup else None,
+            "device kind": r.get("device_kind"),
             "peak MB": r.get("peak_memory_mb"),
-            "note": (r.get("error") or "").splitlines()[0][:160] if r.get("error") else "",
+            "note": note,
         })
     return rows
 
@@ -64,6 +103,8 @@ def _fmt(key, value):
         return f"{value:.4f}"
     if key in ("sec/epoch", "speed-up", "efficiency"):
         return f"{value:.2f}"
+    if key == "spread":
+        return f"{value:.0%}"
     if key in ("samples/s", "peak MB"):
         return f"{value:,.0f}"
     return str(value)
@@ -83,8 +124,10 @@ def table(rows: list[dict], title: str | None = None, markdown: bool = False) ->
         width = max([len(line) for line in header.splitlines()] + [len(r[i]) for r in cells])
         t.add_column(header, justify="left" if c in ("framework", "mode", "status", "note") else "right",
                      no_wrap=c != "note", min_width=None if c == "note" else width)
-    for r in cells:
-        t.add_row(*(Text(c) for c in r))    # text from data (errors, hints) shown literally
+    for r, row in zip(cells, rows):
+        # text from data (errors, hints) shown literally; a noisy spread stands out
+        t.add_row(*(Text(c, style="bold yellow" if k == "spread" and row.get("noisy") else "")
+                    for k, c in zip(columns, r)))
     return t
 
 
@@ -121,50 +164,140 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
         f"seed {cfg.get('seed')}, {cfg.get('threads')} threads per run"
         + (f", test accuracy on the first {cfg['eval_samples']} test images" if cfg.get("eval_samples")
            else "") + ".", "",
-        "sec/epoch is the median over epochs, timed with the device synchronised; warm-up "
-        "is excluded (in each record as warmup_sec). Speed-up is the same framework and "
-        "mode's 1-device sec/epoch over this row's; efficiency is speed-up over the ideal the "
-        "hardware allows: k on k GPUs, 1 on CPU-only machines, where the k virtual devices "
-        "share the same cores (a 1-device run already uses them all). Train loss is the last epoch's mean. Peak memory is the device allocator's peak on "
-        "GPUs, else the process's maximum resident set.", "",
-        buf.getvalue().strip(), ""])
+        buf.getvalue().strip(), "",
+        *[f"- {line}" for line in definitions(rows, records)], ""])
+
+
+def definitions(rows: list[dict], records: list[dict]) -> list[str]:
+    """What the columns mean, for under the table; says so when devices share cores."""
+    repeats = max((r.get("repeat_planned") or 1 for r in records), default=1)
+    lines = [
+        "sec/epoch: the median epoch time of a run, timed with the device synchronised, "
+        "warm-up excluded (in each record as warmup_sec)"
+        + (f"; then the median over the {repeats} repeats of the configuration, each in a fresh "
+           "process, interleaved across frameworks" if repeats > 1 else "")
+        + ". samples/s: training images per epoch over that same sec/epoch.",
+        f"spread: (max - min) / median of the repeats' sec/epoch ('-' for a single run); above "
+        f"{NOISE_THRESHOLD:.0%} the row is marked noisy.",
+        "speed-up: the same framework and mode's 1-device sec/epoch over this row's. "
+        "efficiency: speed-up over the ideal the hardware allows: k on k GPUs, 1 on a CPU.",
+    ]
+    if any(r["devices"] > 1 and r.get("device kind") != "gpu" for r in rows):
+        lines.append("No GPU here: the k devices of a row are virtual devices (or processes) on the "
+                     "same CPU cores, which they share (a 1-device run already uses them all), so "
+                     "the ideal speed-up is 1 and a speed-up below 1 is the cost of splitting the "
+                     "batch, not hardware left idle.")
+    elif rows and all(r.get("device kind") in ("cpu", None) for r in rows):
+        lines.append("No GPU here: every row ran on the CPU. Virtual devices (--devices 1,2) would "
+                     "share its cores, so their ideal speed-up is 1; the default on a CPU runs 1 "
+                     "device for that reason.")
+    lines.append("Train loss: the last epoch's mean; test acc: after the last epoch. Peak memory: "
+                 "the device allocator's peak on GPUs, else the process's maximum resident set.")
+    return lines
+
+
+def colour(framework: str):
+    """A framework's colour in every figure (fixed by its place in the registry)."""
+    import matplotlib
+    from .registry import NAMES
+    i = NAMES.index(framework) if framework in NAMES else len(NAMES)
+    return matplotlib.colormaps["tab10"](i % 10)
+
+
+def _style(r: dict) -> dict:
+    return dict(color=colour(r["framework"]), lw=1.2, ls="-" if r["mode"] == "scratch" else "--",
+                marker="o" if r["devices"] > 1 else ".")
+
+
+def _label(r: dict) -> str:
+    return (f"{r['framework']} {r['mode']}" + (" sync-bn" if r.get("sync_bn") else "")
+            + f" x{r['devices']}")
 
 
 def plots(records: list[dict], out_dir: Path) -> list[Path]:
-    """Throughput bars and the first step losses; returns the files written."""
+    """Throughput bars, the first step losses, learning curves (more than one epoch)
+    and scaling (several device counts); one colour per framework, runs grouped by
+    framework. Returns the files written."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+    from .registry import NAMES
 
-    ok = [r for r in records if r["status"] == "ok"]
+    order = {n: i for i, n in enumerate(NAMES)}
+    ok = sorted([r for r in records if r["status"] == "ok"],
+                key=lambda r: (r.get("model", "lenet"), order.get(r["framework"], 99),
+                               r["mode"] != "scratch", bool(r.get("sync_bn")), r["devices"]))
     if not ok:
         return []
     written = []
+    rows = summarize(ok)
     fig, ax = plt.subplots(figsize=(max(6, len(ok) * 0.7), 4))
-    labels = [f"{r['framework']}\n{r['mode']} x{r['devices']}" for r in ok]
-    ax.bar(range(len(ok)), [r["samples_per_sec"] for r in ok], color="tab:blue")
-    ax.set_xticks(range(len(ok)), labels, fontsize=7)
+    bars = ax.bar(range(len(ok)), [row["samples/s"] or 0 for row in rows],
+                  color=[colour(r["framework"]) for r in ok], edgecolor="black", linewidth=0.5)
+    for bar, r in zip(bars, ok):
+        if r["mode"] != "scratch":
+            bar.set_hatch("//")
+    for i, row in enumerate(rows):                 # the repeats' range, when there are repeats
+        if len(row["runs"]) > 1:
+            images = row["samples/s"] * row["sec/epoch"]
+            ax.plot([i, i], [images / max(row["runs"]), images / min(row["runs"])], color="black")
+    ax.set_xticks(range(len(ok)), [_label(r).replace(" ", "\n", 1) for r in ok], fontsize=7)
     ax.set_ylabel("training samples / s")
-    ax.set_title("Throughput (higher is better)")
+    ax.set_title("Throughput (higher is better)\nhatched: the framework's own (native) mode; "
+                 "black line: the repeats' range", fontsize=9)
     written.append(_save(plt, fig, out_dir / "throughput.png"))
 
     n = min(len(r["step_losses"]) for r in ok)
-    losses = np.array([r["step_losses"][:n] for r in ok])
-    median = np.median(losses, axis=0)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    colours = {f: plt.cm.tab10(i) for i, f in enumerate(dict.fromkeys(r["framework"] for r in ok))}
-    for r, row in zip(ok, losses):
-        style = dict(color=colours[r["framework"]], lw=1,
-                     ls="-" if r["mode"] == "scratch" else "--", marker="." if r["devices"] > 1 else None)
-        label = f"{r['framework']} {r['mode']} x{r['devices']}"
-        top.plot(row, label=label, **style)
-        bottom.plot(row - median, **style)
-    top.set_ylabel("loss (batch mean)")
-    top.set_title("First steps, same weights and batches: the frameworks should agree")
-    top.legend(fontsize=6, ncol=3)
-    bottom.set_ylabel("minus the median of all runs")
-    bottom.set_xlabel("step")
-    written.append(_save(plt, fig, out_dir / "step_losses.png"))
+    if n:
+        losses = np.array([r["step_losses"][:n] for r in ok])
+        median = np.median(losses, axis=0)
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+        for r, row in zip(ok, losses):
+            top.plot(row, label=_label(r), **{**_style(r), "marker": None})
+            bottom.plot(row - median, **{**_style(r), "marker": None})
+        top.set_ylabel("loss (batch mean)")
+        top.set_title("First steps, same weights and batches: the frameworks should agree")
+        top.legend(fontsize=6, ncol=3)
+        bottom.set_ylabel("minus the median of all runs")
+        bottom.set_xlabel("step")
+        written.append(_save(plt, fig, out_dir / "step_losses.png"))
+
+    if max(len(r.get("train_loss") or []) for r in ok) > 1:
+        fig, (acc, loss) = plt.subplots(1, 2, figsize=(11, 4))
+        for r in ok:
+            accuracy = r.get("test_accuracy_per_epoch") or []
+            acc.plot(range(1, len(accuracy) + 1), accuracy, label=_label(r), **_style(r))
+            loss.plot(range(1, len(r["train_loss"]) + 1), r["train_loss"], label=_label(r), **_style(r))
+        acc.set_title("Test accuracy after each epoch")
+        acc.set_ylim(0, 1)
+        loss.set_title("Train loss, mean over each epoch")
+        for a in (acc, loss):
+            a.set_xlabel("epoch")
+            a.xaxis.set_major_locator(MaxNLocator(integer=True))
+        acc.legend(fontsize=6, ncol=2)
+        written.append(_save(plt, fig, out_dir / "learning_curves.png"))
+
+    counts = sorted({r["devices"] for r in ok})
+    if len(counts) > 1:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for key in dict.fromkeys((r["framework"], r.get("model", "lenet"), r["mode"],
+                                  bool(r.get("sync_bn"))) for r in ok):
+            pts = [(r["devices"], row["speed-up"]) for r, row in zip(ok, rows)
+                   if (r["framework"], r.get("model", "lenet"), r["mode"], bool(r.get("sync_bn"))) == key
+                   and row["speed-up"]]
+            if pts:
+                ax.plot(*zip(*pts), label=" ".join(str(k) for k in key[:3] if k != "lenet"),
+                        **_style({"framework": key[0], "mode": key[2], "devices": 2}))
+        gpu = all(r.get("device_kind") == "gpu" for r in ok)
+        ax.plot(counts, [c if gpu else 1 for c in counts], color="grey", lw=3, alpha=0.5,
+                label="ideal (k GPUs: k)" if gpu else "ideal (CPU cores shared: 1)")
+        ax.set_xticks(counts)
+        ax.set_xlabel("devices")
+        ax.set_ylabel("speed-up against 1 device")
+        ax.set_title("Scaling")
+        ax.legend(fontsize=6)
+        written.append(_save(plt, fig, out_dir / "scaling.png"))
     return written
 
 
@@ -185,22 +318,24 @@ def _key(r: dict) -> tuple:
 
 
 def _spread(r: dict) -> float:
-    """Relative spread (max - min) / median of a run's epoch times; 0 with one epoch."""
-    xs = r.get("sec_per_epoch") or []
+    """Relative spread (max - min) / median of a configuration's repeats (--repeat), or
+    else of its epoch times; 0 with one of each."""
+    runs = timing(r)["runs"]
+    xs = runs if len(runs) > 1 else (r.get("sec_per_epoch") or [])
     return (max(xs) - min(xs)) / statistics.median(xs) if len(xs) > 1 else 0.0
 
 
 def compare_folders(before: list[dict], after: list[dict], noise: float = DEFAULT_NOISE) -> list[dict]:
     """Rows present in both, with after/before sec/epoch and a verdict: slower or faster
-    beyond the noise (the larger of `noise` and either run's own epoch spread), else
-    within noise."""
+    beyond the noise (the larger of `noise` and either row's spread: over its repeats
+    when it has several, else over its epochs), else within noise."""
     old = {_key(r): r for r in before if r["status"] == "ok"}
     rows = []
     for r in after:
         a = old.get(_key(r))
         if r["status"] != "ok" or a is None:
             continue
-        ta, tb = _median(a["sec_per_epoch"]), _median(r["sec_per_epoch"])
+        ta, tb = timing(a)["sec"], timing(r)["sec"]
         band = max(noise, _spread(a), _spread(r))
         ratio = tb / ta
         verdict = ("slower" if ratio > 1 + band else "faster" if ratio < 1 / (1 + band)

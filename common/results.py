@@ -28,6 +28,13 @@ RECORD_KEYS = (
     "status", "error", "traceback", "env",
 )
 STEP_LOSSES_KEPT = 50
+# Keys that benchmarks.compare adds to a worker's record: the figures of every
+# repeat (--repeat), and how many were planned.
+COMPARE_KEYS = ("repeats", "repeat_planned")
+# the figures of one repeat, kept for each in a record's "repeats"
+REPEAT_KEYS = ("status", "error", "sec_per_epoch", "steps_per_epoch", "samples_per_sec",
+               "warmup_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
+               "peak_memory_mb", "diverged_step", "last_finite_loss")
 
 
 @dataclass
@@ -132,15 +139,33 @@ def record_filename(record: dict) -> str:
     return f"{model}{record['framework']}-{record['mode']}{sync}-{record['devices']}dev.json"
 
 
+class RecordError(ValueError):
+    """A file in a results folder that is not a readable run record; names the file."""
+
+
+def read_record(path: str | os.PathLike) -> dict:
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise RecordError(f"{path} is not a readable run record ({type(e).__name__}: {e}); "
+                          "delete it to run that configuration again") from None
+    missing = ([k for k in ("framework", "mode", "devices", "status") if k not in record]
+               if isinstance(record, dict) else ["keys"])
+    if missing:
+        raise RecordError(f"{path} is not a run record (no {', '.join(missing)}); "
+                          "delete it to run that configuration again")
+    return record
+
+
 def load_records(directory: str | os.PathLike) -> list[dict]:
-    """Every record in a results folder, in the order compare runs them."""
+    """Every record in a results folder, in the order compare runs them (grouped by
+    model, then framework). A corrupt record raises RecordError naming the file."""
     from .registry import NAMES
-    records = [json.loads(p.read_text()) for p in Path(directory).glob("*dev.json")]
+    records = [read_record(p) for p in Path(directory).glob("*dev.json")]
     order = {n: i for i, n in enumerate(NAMES)}
     from .modes import NAMES as MODES
     return sorted(records, key=lambda r: (r.get("model", "lenet"),
                                           order.get(r["framework"], len(order)),
                                           MODES.index(r["mode"]) if r["mode"] in MODES else 99,
                                           bool(r.get("sync_bn")), r["devices"]))
-
-

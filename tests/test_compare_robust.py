@@ -1,0 +1,204 @@
+"""The compare command living with real use: an --out that is locked or holds
+another configuration, --resume, --repeat, the default run, and the plots. Quick:
+synthetic data and a few steps, or made-up records with the worker replaced."""
+import json
+import os
+
+import pytest
+
+from benchmarks import compare
+from common import registry, report
+from common.results import COMPARE_KEYS, RunConfig, new_record, record_filename, write_atomic
+from tests.conftest import covered, run_python
+
+QUICK = ["--dataset", "synthetic", "--mode", "scratch", "--no-plots", "--epochs", "1",
+         "--steps-per-epoch", "2"]
+
+
+def fake_record(framework="pytorch", mode="scratch", devices=1, secs=(1.0,), status="ok",
+                epochs=1, device_kind="cpu", **run):
+    """A record as compare writes it, with made-up figures: one repeat per secs entry."""
+    cfg = RunConfig(framework, mode, devices, dataset="synthetic", epochs=epochs, **run)
+    r = new_record(cfg)
+    repeats = [{"status": status, "error": None if status == "ok" else f"made up {status}",
+                "sec_per_epoch": [s] * epochs, "steps_per_epoch": [10] * epochs,
+                "samples_per_sec": 10 * cfg.batch_size / s, "test_accuracy": 0.8,
+                "test_accuracy_per_epoch": [0.5 + 0.1 * e for e in range(epochs)],
+                "train_loss": [2.0 - 0.3 * e for e in range(epochs)]} for s in secs]
+    r.update(repeats[0], status=status, error=repeats[0]["error"], repeats=repeats,
+             repeat_planned=len(secs), step_losses=[2.3, 2.2, 2.1], device_kind=device_kind,
+             device_names=[f"{device_kind}:0"] * devices, env={})
+    return r
+
+
+def write_folder(folder, records, plan=None):
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in records:
+        write_atomic(folder / record_filename(r), r)
+    if plan:
+        write_atomic(folder / compare.PLAN_FILE, plan.to_dict())
+    return folder
+
+
+def _bad(args):
+    proc = run_python(["-m", "benchmarks.compare", "--dataset", "synthetic", *args])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", proc.stderr
+    return lines[0]
+
+
+def _plan(devices, repeat=1, **run):
+    args = compare.build_parser().parse_args(
+        ["--framework", "pytorch", *QUICK, "--repeat", str(repeat),
+         *[x for k, v in run.items() for x in (f"--{k.replace('_', '-')}", str(v))]])
+    return compare.Plan.from_args(args, ["pytorch"], ["scratch"], devices)
+
+
+def _fake_runs(monkeypatch):
+    """Replace the worker by made-up records; returns the runs asked for, in order."""
+    calls = []
+
+    def run_one(cfg, out, rep, timeout, advance, estimated, stop):
+        calls.append((cfg.devices, rep))
+        r = fake_record(cfg.framework, cfg.mode, cfg.devices, secs=(1.0 + rep,),
+                        steps_per_epoch=cfg.steps_per_epoch)
+        return {k: v for k, v in r.items() if k not in COMPARE_KEYS}
+    monkeypatch.setattr(compare, "run_one", run_one)
+    return calls
+
+
+# -- bad input: nothing written -------------------------------------------------------
+
+def test_out_that_is_a_file_or_under_one(tmp_path):
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    assert "is a file" in _bad(["--out", str(a_file)])
+    assert "cannot be created or written" in _bad(["--out", str(a_file / "sub")])
+    assert "cannot be created or written" in _bad(["--out", "/proc/x/y/z"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_out_locked_by_another_comparison(tmp_path):
+    (tmp_path / compare.LOCK_FILE).write_text(f"{os.getppid()}\n")          # a live process
+    assert "being written by another comparison" in _bad(["--out", str(tmp_path)])
+    (tmp_path / compare.LOCK_FILE).write_text("999999999\n")               # stale: taken over
+    lock = compare.claim_out(tmp_path)
+    assert lock.read_text().strip() == str(os.getpid())
+
+
+def test_out_holding_another_configuration(tmp_path):
+    write_folder(tmp_path, [fake_record(epochs=5)])
+    before = sorted(p.name for p in tmp_path.iterdir())
+    line = _bad(["--out", str(tmp_path), "--framework", "pytorch", "--epochs", "1"])
+    assert "another configuration" in line and "epochs 5" in line and "--resume" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+# -- resume ----------------------------------------------------------------------------
+
+def test_resume_reruns_exactly_the_missing_failed_and_interrupted(tmp_path, monkeypatch):
+    plan = _plan([1, 2, 3, 4])
+    ok = fake_record(devices=1, steps_per_epoch=2)
+    write_folder(tmp_path, [ok, fake_record(devices=2, status="failed", steps_per_epoch=2),
+                            fake_record(devices=3, status="interrupted", steps_per_epoch=2)],
+                 plan)                                        # 4 devices: missing
+    ok_before = (tmp_path / record_filename(ok)).read_text()
+    calls = _fake_runs(monkeypatch)
+    assert compare.main(["--resume", str(tmp_path), "--no-plots"]) == 0
+    assert calls == [(2, 1), (3, 1), (4, 1)]
+    assert (tmp_path / record_filename(ok)).read_text() == ok_before
+    statuses = [json.loads((tmp_path / f"pytorch-scratch-{n}dev.json").read_text())["status"]
+                for n in (1, 2, 3, 4)]
+    assert statuses == ["ok"] * 4
+    assert compare.main(["--resume", str(tmp_path), "--no-plots"]) == 0
+    assert len(calls) == 3                                    # nothing left to do
+    assert "| pytorch" in (tmp_path / "report.md").read_text()
+
+
+def test_resume_checks_the_configuration_and_the_records(tmp_path):
+    write_folder(tmp_path, [fake_record(steps_per_epoch=2)], _plan([1]))
+    assert "was run with --epochs 1, not 4" in _bad(["--resume", str(tmp_path), "--epochs", "4"])
+    (tmp_path / "pytorch-scratch-1dev.json").write_text('{"framework": "pyto')   # truncated
+    line = _bad(["--resume", str(tmp_path)])
+    assert "pytorch-scratch-1dev.json is not a readable run record" in line
+    assert "no comparison.json there" in _bad(["--resume", str(tmp_path / "nothing")])
+
+
+def test_same_out_without_resume_is_measured_again(tmp_path, monkeypatch):
+    calls = _fake_runs(monkeypatch)
+    args = ["--framework", "pytorch", *QUICK, "--devices", "1,2", "--out", str(tmp_path)]
+    assert compare.main(args) == 0 and compare.main(args) == 0
+    assert calls == [(1, 1), (2, 1)] * 2
+
+
+# -- repeats ---------------------------------------------------------------------------
+
+def test_repeats_are_interleaved_and_all_kept(tmp_path, monkeypatch):
+    calls = _fake_runs(monkeypatch)
+    assert compare.main(["--framework", "pytorch", *QUICK, "--devices", "1,2", "--repeat", "3",
+                         "--out", str(tmp_path)]) == 0
+    assert calls == [(1, 1), (2, 1), (1, 2), (2, 2), (1, 3), (2, 3)]
+    record = json.loads((tmp_path / "pytorch-scratch-1dev.json").read_text())
+    assert [r["sec_per_epoch"] for r in record["repeats"]] == [[2.0], [3.0], [4.0]]
+    assert record["repeat_planned"] == 3
+
+
+def test_repeat_median_spread_and_noisy():
+    steady = report.summarize([fake_record(secs=(1.0, 1.02, 0.99))])[0]
+    assert steady["sec/epoch"] == 1.0 and not steady["noisy"]
+    assert steady["samples/s"] == pytest.approx(10 * 256 / 1.0)    # from the same median
+    noisy = report.summarize([fake_record(secs=(1.0, 1.5, 1.1))])[0]
+    assert noisy["spread"] == pytest.approx(0.5 / 1.1) and noisy["noisy"]
+    assert "noisy" in noisy["note"]
+
+
+def test_comparing_folders_uses_the_repeats_spread():
+    before = [fake_record(secs=(1.0, 1.6, 1.3))]          # noisy: 46 % spread
+    after = [fake_record(secs=(1.5, 1.55, 1.45))]         # 1.15x: beyond 15 %, within 46 %
+    assert report.compare_folders(before, after)[0]["verdict"] == "within noise"
+    quiet = [fake_record(secs=(1.0, 1.01, 0.99))]
+    assert report.compare_folders(quiet, after)[0]["verdict"] == "slower"
+
+
+def test_repeat_2_gives_two_figures_per_row(tmp_path):
+    fw = next(f for f in covered() if (f, "scratch") not in registry.KNOWN_GAPS)
+    proc = run_python(["-m", "benchmarks.compare", "--framework", fw, *QUICK, "--devices", "1",
+                       "--repeat", "2", "--out", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((tmp_path / f"{fw}-scratch-1dev.json").read_text())
+    assert len(record["repeats"]) == 2
+    assert all(len(r["sec_per_epoch"]) == 1 for r in record["repeats"])
+    row = next(line for line in (tmp_path / "report.md").read_text().splitlines()
+               if line.startswith(f"| {fw}"))
+    assert "%" in row                                      # the spread column
+
+
+# -- the default run ---------------------------------------------------------------------
+
+def test_default_shows_learning_within_the_budget_on_a_cpu():
+    args = compare.build_parser().parse_args([])
+    # the first epoch sits on the ln 10 plateau, the second ends near 0.70 (README)
+    assert args.epochs == compare.DEFAULT_EPOCHS == 3
+    # virtual CPU devices share the cores: not in the default
+    assert compare.CPU_DEFAULT_DEVICES == [1]
+
+
+def test_cpu_report_says_devices_share_the_cores():
+    rows = report.summarize([fake_record(devices=1), fake_record(devices=2, secs=(1.25,))])
+    assert rows[1]["efficiency"] == pytest.approx(0.8)
+    text = report.markdown_report(rows, [fake_record(devices=2)], "cmd")
+    assert "share" in text and "ideal speed-up is 1" in text
+
+
+# -- plots -------------------------------------------------------------------------------
+
+def test_plots_learning_curves_scaling_and_colours(tmp_path):
+    records = [fake_record(f, "scratch", n, epochs=3, secs=(1.0 * n,))
+               for f in ("pytorch", "mxnet") for n in (1, 2)]
+    names = {p.name for p in report.plots(records, tmp_path)}
+    assert {"throughput.png", "step_losses.png", "learning_curves.png", "scaling.png"} <= names
+    one = tmp_path / "one"
+    one.mkdir()
+    names = {p.name for p in report.plots([fake_record(epochs=1)], one)}
+    assert "learning_curves.png" not in names and "scaling.png" not in names
+    assert len({report.colour(f) for f in registry.NAMES}) == len(registry.NAMES)
