@@ -115,7 +115,9 @@ def _kinds(ctx: Context) -> list[tuple[str, list[str]]]:
         devs = _devices(ctx, kind)
         if devs:
             out.append((kind, devs))
-        else:
+        elif len(ctx.kinds) > 1:      # --device all: a kind the machine lacks is a note
+            ctx.note(f"{ctx.framework} sees no {kind.upper()} here")
+        else:                         # asked for by name: a row that says why not
             ctx.rows.append({"device": f"{kind}", "status": "not-applicable",
                              "note": f"{ctx.framework} sees no {kind.upper()} here"})
     return out
@@ -362,8 +364,11 @@ def overlap(ctx: Context) -> None:
             continue
         devs = _devices(ctx, kind)
         if not devs:
-            ctx.rows.append({"device": kind, "status": "not-applicable",
-                             "note": f"{ctx.framework} sees no GPU here"})
+            if len(ctx.kinds) > 1:
+                ctx.note(f"{ctx.framework} sees no GPU here")
+            else:
+                ctx.rows.append({"device": kind, "status": "not-applicable",
+                                 "note": f"{ctx.framework} sees no GPU here"})
             continue
         d = devs[0]
         sizes = [4 * KB, 64 * KB] if ctx.quick else [4 * KB, 64 * KB, MB, 16 * MB, 256 * MB]
