@@ -84,7 +84,9 @@ def headline(record: dict) -> str:
             r = next(r for r in rows if r["variant"].startswith("host"))
             return f"every-step read x{r['vs_device_log']:.2f}"
         if name == "two-devices":
-            r = next(r for r in rows if "speedup" in r)
+            r = next((r for r in rows if "speedup" in r), None)
+            if r is None:
+                return "at once: n/a (see note)"
             return f"speed-up {r['speedup']:.2f} (exp. {r['expected_speedup']:.0f})"
         if name == "async":
             e = next(r for r in rows if r["variant"].startswith("enqueue"))

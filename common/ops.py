@@ -92,6 +92,10 @@ class Ops(ABC):
         non-blocking (into pinned memory, on a second stream) so they overlap the
         next products. Raise NotApplicable where the framework cannot overlap."""
 
+    def concurrency_hazard(self, devices: Sequence[str]) -> str | None:
+        """Why work must not be run on these devices at once (a known hang), or None."""
+        return None
+
     # --- all-reduce ---
     def allreduce_by_hand(self, arrays: list) -> None:
         """The chapter's allreduce: sum onto the first device, copy back in place."""

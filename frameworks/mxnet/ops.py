@@ -2,6 +2,7 @@
 is asynchronous on the CPU too: every call returns at once, mx.nd.waitall (the
 backend's synchronize) or asnumpy waits."""
 import itertools
+import os
 
 import mxnet as mx
 
@@ -27,6 +28,18 @@ class Ops(ops.Ops):
         if kind == "cpu":
             return [f"cpu:{i}" for i in range(self._cpu_devices)]
         return [f"gpu:{i}" for i in range(mx.context.num_gpus())]
+
+    def concurrency_hazard(self, devices):
+        # Reproduced here: with OMP_NUM_THREADS=2, mx.nd.dot of 1024x1024 on cpu(0) and
+        # cpu(1) at once never returns (two engine threads each entering the OpenMP
+        # OpenBLAS that MXNet 1.9.1 bundles); with 1 thread, or 64x64, it does.
+        cpus = {d for d in devices if d.startswith("cpu")}
+        threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+        if len(cpus) > 1 and threads != 1:
+            return (f"MXNet 1.9.1 hangs running dot on two cpu contexts at once with "
+                    f"OMP_NUM_THREADS={threads or 'unset'} (its OpenMP OpenBLAS entered from two "
+                    "engine threads; reproduced with 1024x1024); run with --threads 1 to measure it")
+        return None
 
     def matmul(self, a, b):
         return mx.nd.dot(a, b)
