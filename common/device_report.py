@@ -182,7 +182,13 @@ def markdown_report(records: list[dict], command: str) -> str:
         f"every time is the median of up to {first.get('repeat')} repeats after a warm-up (large "
         "measurements stop at 3 repeats past a few seconds), with the device synchronised "
         "before each clock read; min-max is the spread. Device kinds: "
-        f"{', '.join(first.get('device_kinds') or [])}.", "",
+        f"{', '.join(first.get('device_kinds') or [])}.", ""]
+    loads = [x for r in records for x in (r.get("load_avg") or [])]
+    if loads:
+        lines += [f"Load on the machine during the run (1-minute load average, {env.get('cpu_count', '?')} "
+                  f"CPUs): {min(loads):.1f} to {max(loads):.1f}; above the CPU count, other "
+                  "processes were competing for the cores and the times are inflated and noisy.", ""]
+    lines += [
         "## Summary", "", _render(summary_table(records, markdown=True)), ""]
     best = max(matmul_vs_numpy(records), key=lambda x: x[2], default=None)
     if best:

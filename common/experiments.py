@@ -606,7 +606,7 @@ def allreduce(ctx: Context) -> None:
 # ---------------------------------------------------------------- the record
 RECORD_KEYS = ("framework", "framework_version", "experiment", "title", "status", "error",
                "device_kinds", "threads", "repeat", "quick", "rows", "checks", "notes",
-               "elapsed_s", "env")
+               "elapsed_s", "load_avg", "env")
 
 
 def new_record(framework: str, name: str, **fields) -> dict:
@@ -626,6 +626,7 @@ def run_experiment(ctx: Context, name: str) -> dict:
     record = new_record(ctx.framework, name, device_kinds=list(ctx.kinds), threads=ctx.threads,
                         repeat=ctx.repeat, quick=ctx.quick)
     ctx.rows, ctx.checks, ctx.notes = [], [], []
+    load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
     try:
         EXPERIMENTS[name].run(ctx)
@@ -645,5 +646,8 @@ def run_experiment(ctx: Context, name: str) -> dict:
         record.update(status="failed", error=f"{type(e).__name__}: {e}",
                       traceback=traceback.format_exc(limit=8))
     record.update(rows=ctx.rows, checks=ctx.checks, notes=ctx.notes,
-                  elapsed_s=time.perf_counter() - t0)
+                  elapsed_s=time.perf_counter() - t0,
+                  # the machine's 1-minute load average before and after: other work on
+                  # the same cores shows here
+                  load_avg=[load_before, os.getloadavg()[0]])
     return record
