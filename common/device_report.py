@@ -138,7 +138,7 @@ def experiment_table(name: str, records: list[dict], markdown: bool = False) -> 
             continue
         for row in r["rows"]:
             if row.get("status", "ok") != "ok":
-                t.add_row(r["framework"], *[cell(row, k, f) if k in ("device", "variant") else "-"
+                t.add_row(r["framework"], *[cell(row, k, f) if k in ("device", "devices", "variant") else "-"
                                             for k, _, f in exp.columns],
                           f"{row['status']}: {row.get('note', '')}")
             else:
@@ -188,6 +188,10 @@ def markdown_report(records: list[dict], command: str) -> str:
         lines += [f"Load on the machine during the run (1-minute load average, {env.get('cpu_count', '?')} "
                   f"CPUs): {min(loads):.1f} to {max(loads):.1f}; above the CPU count, other "
                   "processes were competing for the cores and the times are inflated and noisy.", ""]
+    no_gpu = sorted({r["framework"] for r in records
+                     if any(n.endswith("sees no GPU here") for n in r.get("notes") or [])})
+    if no_gpu:
+        lines += [f"No GPU seen by: {', '.join(no_gpu)} (GPU rows left out).", ""]
     lines += [
         "## Summary", "", _render(summary_table(records, markdown=True)), ""]
     best = max(matmul_vs_numpy(records), key=lambda x: x[2], default=None)
@@ -202,6 +206,8 @@ def markdown_report(records: list[dict], command: str) -> str:
         lines += [f"## {exp.title} (`{name}`)", "", exp.shows, ""]
         for r in rs:
             for note in r.get("notes") or []:
+                if note.endswith("sees no GPU here"):
+                    continue
                 lines.append(f"- {r['framework']}: {note}")
             checks = r.get("checks") or []
             if checks:
