@@ -155,3 +155,16 @@ def test_a_crash_in_one_experiment_leaves_the_others(tmp_path):
     on_disk = {json.loads(p.read_text())["experiment"] for p in tmp_path.glob("*.devices.json")}
     assert on_disk == {"matmul", "logging", "roundtrip"}
     assert "failed" in (tmp_path / "report.md").read_text()
+
+
+def test_gpu_experiments_without_a_gpu_say_not_applicable(tmp_path):
+    from benchmarks.compare import gpu_count
+    if gpu_count():
+        pytest.skip("this machine has a GPU")
+    framework = "pytorch" if "pytorch" in covered() else covered()[0]
+    proc = run_python(["-m", "benchmarks.devices", "--framework", framework, "--device", "gpu",
+                       "--experiment", "matmul,overlap", "--quick", "--out", str(tmp_path),
+                       "--json", "--no-plots"], threads=2, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for r in json.loads(proc.stdout):
+        assert r["status"] == "not-applicable" and "no GPU" in r["error"], r
