@@ -207,7 +207,6 @@ def matmul(ctx: Context) -> None:
                 if ref:
                     m["vs_numpy"] = m["gflops"] / ref["gflops"]
                 ctx.rows.append(m)
-                del a, b, c
             if ref:
                 ctx.rows.append(ref)
 

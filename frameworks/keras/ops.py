@@ -3,10 +3,8 @@ TensorFlow backend: arithmetic through keras.ops under keras.device, parameters
 through a Model's save_weights / load_weights. Keras 3 has no collective of its
 own there (keras.distribution's TensorFlow distribution_lib supplies only
 list_devices and distribute_value), so the native all-reduce is TensorFlow's."""
-import os
 
 import keras
-import numpy as np
 
 from frameworks.tensorflow.ops import Ops as TensorFlowOps
 

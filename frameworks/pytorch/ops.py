@@ -1,5 +1,4 @@
 """PyTorch's calls for the device experiments (common.experiments)."""
-import numpy as np
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,4 @@
 """TensorFlow's calls for the device experiments (common.experiments)."""
-import numpy as np
 import tensorflow as tf
 
 from common import ops
