@@ -273,6 +273,8 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
                             label=f"{r['framework']} {variant}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        sizes = sorted({x["bytes"] for r in ar for x in r["rows"] if "bytes" in x})
+        ax.set_xticks(sizes, [_bytes(s) for s in sizes])
         ax.set_xlabel("bytes per device")
         ax.set_ylabel("bus bandwidth (GB/s)")
         ax.set_title("All-reduce over 2 devices: busbw = algbw x 2(n-1)/n")
