@@ -102,9 +102,9 @@ def headline(record: dict) -> str:
             return f"{s['mbps']:.0f}/{l['mbps']:.0f} MB/s save/load"
         if name == "allreduce":
             big = max(r["bytes"] for r in rows)
-            parts = [f"{r['busbw']:.2f}" for v in ("by hand", "native")
+            parts = [f"{v} {r['busbw']:.2f}" for v in ("by hand", "native")
                      for r in rows if r["bytes"] == big and r["variant"].startswith(v)]
-            return f"busbw {'/'.join(parts)} GB/s @{_bytes(big)}"
+            return f"busbw @{_bytes(big)}: {', '.join(parts)} GB/s"
     except (StopIteration, ValueError, KeyError):
         pass
     return "ok"
