@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from common import registry
 from common.results import env_info, write_atomic
 
-from .runner import run_worker
+from .runner import Interrupts, run_worker
 from .worker import QUIET_ENV, thread_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,7 +101,7 @@ def _failed_record(framework: str, name: str, why: str, **fields) -> dict:
 
 
 def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, timeout: int,
-                  on_done) -> tuple[list[dict], bool]:
+                  on_done, stop: Interrupts | None = None) -> tuple[list[dict], bool]:
     """All of one framework's experiments, in as few worker processes as crashes allow.
     Returns its records and whether the user interrupted."""
     from common.experiments import record_filename
@@ -128,9 +128,9 @@ def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, 
                 on_done(name)
 
         log = out / "logs" / f"{framework}{'' if attempt == 1 else f'-{attempt}'}.log"
-        argv = [sys.executable, "-m", "benchmarks.devices_worker",
+        argv = ["-m", "benchmarks.devices_worker",          # run_worker prepends python
                 json.dumps({**cfg, "framework": framework, "experiments": remaining}), str(out)]
-        ex = run_worker(argv, log, timeout * len(remaining), on_line, env=env)
+        ex = run_worker(argv, log, timeout * len(remaining), on_line, env=env, cwd=ROOT, stop=stop)
         for name in state["begun"]:
             path = out / record_filename(framework, name)
             if path.exists() and name != state["current"]:
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
     records, interrupted = [], False
     columns = (TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[status]}"))
-    with Progress(*columns, console=err, transient=False) as progress:
+    with Interrupts() as stop, Progress(*columns, console=err, transient=False) as progress:
         for fw in frameworks:
             task = progress.add_task(fw, total=len(experiments), status="")
             if not registry.is_installed(fw):
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
                 continue
             done, interrupted = run_framework(
                 fw, experiments, cfg, out, args.timeout,
-                lambda name, t=task: progress.update(t, advance=1, status=name))
+                lambda name, t=task: progress.update(t, advance=1, status=name), stop)
             records += done
             failed = sum(r["status"] == "failed" for r in done)
             progress.update(task, status=f"{failed} failed" if failed else "done")
@@ -239,7 +239,7 @@ def main(argv=None) -> int:
         print(json.dumps(records, indent=1))
     if interrupted:
         err.print("interrupted: the records finished so far are in " + str(out))
-        return 130
+        return stop.exit_code or 130
     return 1 if any(r["status"] == "failed" for r in records) else 0
 
 

@@ -1,82 +1,99 @@
-"""Run one worker process and watch it: `run_worker(argv, log_path, timeout, on_line, env)`.
+"""Worker processes, run so that a person can stop them: each worker starts in a
+session of its own (its ranks and children with it), its stdout lines are read by a
+daemon thread (never one that keeps the command alive), and a time-out, SIGINT or
+SIGTERM kills the whole session within a fraction of a second.
 
-A minimal version written for benchmarks.devices on branch issue7; the shared
-runner (same API) replaces it at merge. The worker starts in a session of its
-own, its stdout lines go to `on_line`, its stderr to `log_path`; on time-out the
-whole process group is killed (a multi-process worker's ranks too), and SIGINT or
-SIGTERM received while it runs kill the group too and are reported as
-`interrupted`."""
+    with Interrupts() as stop:
+        result = run_worker(argv, log_path, timeout, on_line, stop=stop)
+"""
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+POLL = 0.2        # seconds between looks at the clock and the stop flag
+
 
 @dataclass
 class WorkerExit:
-    code: int | None          # exit status; negative: killed by that signal
+    code: int | None          # the worker's exit code (negative: killed by that signal)
     timed_out: bool
     interrupted: bool
-    log_tail: str             # the last non-empty lines of the worker's log
+    log_tail: str             # its last log lines, for the record
 
 
-def _kill_group(pid: int) -> None:
+class Interrupts:
+    """Within this block SIGINT and SIGTERM set `signum` instead of raising, so the
+    command can kill its worker, keep what finished and write its report."""
+
+    def __init__(self):
+        self.signum: int | None = None
+
+    def __enter__(self):
+        self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def _handle(self, signum, frame):
+        self.signum = signum
+
+    def __exit__(self, *exc):
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal, as a shell reports it: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signum if self.signum else 0
+
+
+def _kill(proc: subprocess.Popen) -> None:
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
         pass
 
 
-def _tail(path: Path, lines: int = 3) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return " | ".join([line for line in text.splitlines() if line.strip()][-lines:])
-
-
-def run_worker(argv: list[str], log_path: Path, timeout: float,
-               on_line: Callable[[str], None], env: dict | None = None) -> WorkerExit:
-    """Start `argv` (a full command line), feed its stdout lines to on_line, wait."""
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    state = {"timed_out": False, "interrupted": False}
+def run_worker(argv: list[str], log_path: Path, timeout: float, on_line: Callable[[str], None],
+               env: dict | None = None, cwd: Path | None = None,
+               stop: Interrupts | None = None) -> WorkerExit:
+    """Run `python argv...` with stderr to log_path, calling on_line for each stdout line,
+    until it exits, `timeout` seconds pass or `stop` catches a signal."""
+    lines: queue.Queue = queue.Queue()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=log,
+                                text=True, env=env, cwd=cwd, start_new_session=True)
 
-        def on_timeout():
-            state["timed_out"] = True
-            _kill_group(proc.pid)
-
-        timer = threading.Timer(timeout, on_timeout)
-        timer.daemon = True
-        timer.start()
-        previous = {}
-        in_main = threading.current_thread() is threading.main_thread()
-
-        def on_signal(signum, frame):
-            state["interrupted"] = True
-            _kill_group(proc.pid)
-
-        if in_main:
-            for s in (signal.SIGINT, signal.SIGTERM):
-                previous[s] = signal.signal(s, on_signal)
-        try:
+        def read():
             for line in proc.stdout:
-                on_line(line.rstrip("\n"))
-            code = proc.wait()
-        finally:
-            timer.cancel()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-            if proc.poll() is None:      # on_line raised: leave nothing behind
-                _kill_group(proc.pid)
-                proc.wait()
-    return WorkerExit(code=code, timed_out=state["timed_out"], interrupted=state["interrupted"],
-                      log_tail=_tail(log_path))
+                lines.put(line)
+            lines.put(None)               # end of output
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        timed_out = interrupted = False
+        while True:
+            try:
+                line = lines.get(timeout=POLL)
+                if line is None:
+                    break
+                on_line(line)
+            except queue.Empty:
+                pass
+            if stop is not None and stop.signum:
+                interrupted = True
+            elif time.monotonic() > deadline:
+                timed_out = True
+            if interrupted or timed_out:
+                _kill(proc)
+                break
+        code = proc.wait()
+    tail = [l for l in log_path.read_text(errors="replace").splitlines() if l.strip()][-3:]
+    return WorkerExit(code, timed_out, interrupted, " | ".join(tail))

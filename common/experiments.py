@@ -460,7 +460,13 @@ def overlap(ctx: Context) -> None:
      ("variant", "way", "s"), ("median_s", "ms", "ms"), ("spread", "min-max ms", "s"),
      ("ms_per_mb", "ms/MB", ".2f"), ("mbps", "MB/s", ".0f")))
 def roundtrip(ctx: Context) -> None:
-    from .lenet import init_params
+    # LeNet's shared weights: common/models/lenet.py since the models package,
+    # common/lenet.py before it (looked up by file: an editable install of another
+    # checkout can satisfy an import that this one cannot)
+    if os.path.exists(os.path.join(os.path.dirname(__file__), "models", "lenet.py")):
+        from .models.lenet import init_params
+    else:
+        from .lenet import init_params
     big = ctx.randn((4, (MB if ctx.quick else 16 * MB) // 16), 60)
     big[0, :4] = [-0.0, np.inf, np.nan, np.float32(1e-42)]
     sets = {"LeNet": init_params(ctx.seed),
@@ -575,7 +581,7 @@ def allreduce(ctx: Context) -> None:
                 os.environ["OMP_NUM_THREADS"] = str(threads)   # the ranks read it at import
                 try:
                     ops.spawn(_rank_allreduce, world,
-                              (ctx.framework, kind, sizes, ctx.repeat, threads, prefix))
+                              (ctx.framework, kind, sizes, ctx.repeat, threads, prefix), threads)
                 finally:
                     if ctx.threads:
                         os.environ["OMP_NUM_THREADS"] = str(ctx.threads)

@@ -108,16 +108,39 @@ class Ops(ABC):
         function that runs it once and returns the summed array on every device.
         Set-up (a KVStore key, a strategy) happens here, untimed."""
 
-    def spawn(self, fn: Callable, nprocs: int, args: tuple) -> None:
-        """Run fn(rank, world, *args) in nprocs processes joined into one group
-        (rank, world size and master address reach the ranks through the launcher)."""
+    def spawn(self, fn: Callable, nprocs: int, args: tuple, threads: int = 1) -> None:
+        """Run fn(rank, world, *args) in nprocs processes joined into one group.
+
+        The one place that starts ranks: with the suite's launcher (common.launcher:
+        rank, world size and master address in the environment, Backend.join) where
+        it exists, else the backend's own spawn (torch.multiprocessing,
+        paddle.distributed.spawn)."""
         if self.native_allreduce_processes <= 1:
             raise NotApplicable(f"{self.name}'s native all-reduce runs in one process")
-        self.backend.spawn(fn, nprocs, args)
+        # (decided by the contract, not by an import that an editable install of
+        # another checkout could satisfy)
+        if not hasattr(self.backend, "join"):
+            self.backend.spawn(fn, nprocs, args)
+            return
+        from . import launcher
+        launcher.launch(_launched_rank, nprocs, (self.name, threads, fn, args))
 
     def rank_device(self, rank: int, world: int) -> str:
         """The device of one rank of a multi-process run."""
         return f"gpu:{rank}" if self.backend.num_gpus() >= world else "cpu:0"
+
+
+def _launched_rank(framework: str, threads: int, fn: Callable, args: tuple) -> None:
+    """A rank started by common.launcher: set up, join the group, run fn, leave."""
+    from . import launcher
+    rank = launcher.RankInfo.from_env()
+    backend = registry.get(framework)
+    backend.setup(cpu_devices=1, threads=threads)
+    backend.join(rank)
+    try:
+        fn(rank.rank, rank.world_size, *args)
+    finally:
+        backend.leave()
 
 
 def load(name: str) -> Ops:
