@@ -146,7 +146,8 @@ def _launched_rank(framework: str, threads: int, fn: Callable, args: tuple) -> N
 def load(name: str) -> Ops:
     """`frameworks.<name>.ops.Ops` bound to the framework's backend, imported on demand."""
     backend = registry.get(name)
-    package = registry.FRAMEWORKS[registry.check_name(name)][0]
+    # the package that defines the backend (frameworks.<name>) holds ops.py beside it
+    package = importlib.import_module(type(backend).__module__).__package__
     module = importlib.import_module(package + ".ops")
     cls = getattr(module, "Ops", None)
     if not (isinstance(cls, type) and issubclass(cls, Ops)):
