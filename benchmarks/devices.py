@@ -1,0 +1,247 @@
+"""The chapters' device experiments in every framework: `python -m benchmarks.devices`.
+
+Matrix products small to large beside NumPy's BLAS, a log read every step versus
+kept on the device, two devices at once versus in sequence, asynchronous
+execution, computation/copy overlap and copy bandwidth, parameters to a file and
+back, and all-reduce by size (see common.experiments). Each framework runs in a
+worker process of its own (benchmarks.devices_worker); an experiment that crashes
+or times out is recorded as failed and a new worker goes on with the rest.
+Results: one JSON record per framework and experiment, report.md and plots in
+--out; a summary on the terminal (on stderr with --json, which keeps stdout for
+the JSON list of records)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from common import registry
+from common.results import env_info, write_atomic
+
+from .runner import Interrupts, run_worker
+from .worker import QUIET_ENV, thread_env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):            # one line, exit code 2
+        raise UsageError(message)
+
+
+def _positive(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return v
+
+
+def build_parser() -> Parser:
+    from common.experiments import EXPERIMENTS
+    p = Parser(prog="python -m benchmarks.devices", description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--framework", default="all",
+                   help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}")
+    p.add_argument("--experiment", default="all",
+                   help=f"all, or a comma-separated list of: {', '.join(EXPERIMENTS)}")
+    p.add_argument("--device", default="all", choices=("cpu", "gpu", "all"),
+                   help="device kinds to measure (all: the CPU and every GPU a framework sees)")
+    p.add_argument("--repeat", type=_positive, default=5,
+                   help="timed repeats per measurement after the warm-up (the median is reported)")
+    p.add_argument("--threads", type=_positive, default=os.cpu_count() or 1,
+                   help="CPU threads per framework (split between the ranks of a multi-process collective)")
+    p.add_argument("--timeout", type=_positive, default=600, help="seconds allowed per experiment")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny sizes (seconds per framework): checks that everything runs and is right")
+    p.add_argument("--out", default=None, help="results folder (default: results/devices-<time>)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--json", action="store_true",
+                   help="print the JSON list of records on stdout, and nothing else there")
+    return p
+
+
+def _names(text: str, valid, what: str) -> list[str]:
+    if text == "all":
+        return list(valid)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError(f"--{what} is empty; give all or a comma-separated list")
+    for n in names:
+        if n not in valid:
+            raise UsageError(f"unknown {what} {n!r}; choose from: {', '.join(valid)} (or all)")
+    return list(dict.fromkeys(names))
+
+
+def resolve(args) -> tuple[list[str], list[str], list[str]]:
+    from common.experiments import EXPERIMENTS
+    frameworks = _names(args.framework, registry.NAMES, "framework")
+    experiments = _names(args.experiment, EXPERIMENTS, "experiment")
+    kinds = ["cpu", "gpu"] if args.device == "all" else [args.device]
+    return frameworks, experiments, kinds
+
+
+def _failed_record(framework: str, name: str, why: str, **fields) -> dict:
+    from common.experiments import new_record
+    record = new_record(framework, name, error=why, env=env_info(), **fields)
+    return record
+
+
+def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, timeout: int,
+                  on_done, stop: Interrupts | None = None) -> tuple[list[dict], bool]:
+    """All of one framework's experiments, in as few worker processes as crashes allow.
+    Returns its records and whether the user interrupted."""
+    from common.experiments import record_filename
+    env = {**os.environ, **QUIET_ENV, **thread_env(cfg["threads"])}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    remaining = list(experiments)
+    records: dict[str, dict] = {}
+    attempt = 0
+    fields = dict(device_kinds=cfg["kinds"], threads=cfg["threads"], repeat=cfg["repeat"],
+                  quick=cfg["quick"])
+    for name in remaining:
+        (out / record_filename(framework, name)).unlink(missing_ok=True)
+    while remaining:
+        attempt += 1
+        state = {"current": None, "begun": []}
+
+        def on_line(line):
+            if line.startswith("@begin "):
+                state["current"] = line.split()[1]
+                state["begun"].append(state["current"])
+            elif line.startswith("@end "):
+                name = line.split()[1]
+                state["current"] = None
+                on_done(name)
+
+        log = out / "logs" / f"{framework}{'' if attempt == 1 else f'-{attempt}'}.log"
+        argv = ["-m", "benchmarks.devices_worker",          # run_worker prepends python
+                json.dumps({**cfg, "framework": framework, "experiments": remaining}), str(out)]
+        ex = run_worker(argv, log, timeout * len(remaining), on_line, env=env, cwd=ROOT, stop=stop)
+        for name in state["begun"]:
+            path = out / record_filename(framework, name)
+            if path.exists() and name != state["current"]:
+                records[name] = json.loads(path.read_text())
+        if ex.interrupted:
+            return [records[n] for n in experiments if n in records], True
+        current = state["current"]
+        if current is None and not state["begun"] and ex.code != 0:
+            # it died before its first experiment (an import crash): all of them failed
+            why = f"worker died before its first experiment (exit code {ex.code}); log {log}: {ex.log_tail}"
+            for name in remaining:
+                records[name] = _failed_record(framework, name, why, **fields)
+                write_atomic(out / record_filename(framework, name), records[name])
+                on_done(name)
+            break
+        if current is not None:
+            if ex.timed_out:
+                why = f"timed out (the worker is given {timeout} s per experiment)"
+            elif ex.code is not None and ex.code < 0:
+                why = f"worker crashed with signal {-ex.code}"
+            else:
+                why = f"worker died with exit code {ex.code}"
+            records[current] = _failed_record(framework, current,
+                                              f"{why} during this experiment; log {log}: {ex.log_tail}",
+                                              **fields)
+            write_atomic(out / record_filename(framework, current), records[current])
+            on_done(current)
+        before, remaining = len(remaining), [n for n in remaining if n not in records]
+        if remaining and (ex.code == 0 or len(remaining) == before):
+            # it exited without reaching them, or made no progress: don't loop
+            for name in remaining:
+                records[name] = _failed_record(
+                    framework, name, f"the worker did not reach it (exit code {ex.code}); "
+                    f"log {log}: {ex.log_tail}", **fields)
+                write_atomic(out / record_filename(framework, name), records[name])
+            break
+    return [records[n] for n in experiments if n in records], False
+
+
+def render(out: Path, command: str, console: Console, plots: bool = True,
+           records: list[dict] | None = None) -> list[dict]:
+    from common import device_report
+    records = device_report.load_records(out) if records is None else records
+    (out / "command.txt").write_text(command + "\n")
+    (out / "report.md").write_text(device_report.markdown_report(records, command))
+    if plots:
+        device_report.plots(records, out)
+    console.print(device_report.summary_table(records))
+    for fw, size, gflops, frac in device_report.matmul_vs_numpy(records):
+        console.print(f"{fw}: {gflops:.0f} GFLOP/s at n={size} on the CPU, "
+                      f"{100 * frac:.0f}% of NumPy's BLAS", highlight=False)
+    for r in records:
+        if r["status"] == "failed":
+            console.print(f"{r['framework']} {r['experiment']}: failed: "
+                          f"{(r.get('error') or '').splitlines()[0][:300]}", highlight=False)
+    console.print(f"results: {out} (report.md: one table per experiment)")
+    return records
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        frameworks, experiments, kinds = resolve(args)
+    except UsageError as e:
+        print(f"devices: error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out or ROOT / "results" / time.strftime("devices-%Y%m%d-%H%M%S"))
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    err = Console(stderr=True)
+    shown = err if args.json else Console(width=None if sys.stdout.isatty() else 160)
+    cfg = {"kinds": kinds, "repeat": args.repeat, "quick": args.quick, "threads": args.threads}
+
+    from common.experiments import record_filename
+    records, interrupted = [], False
+    columns = (TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("{task.fields[status]}"))
+    with Interrupts() as stop, Progress(*columns, console=err, transient=False) as progress:
+        for fw in frameworks:
+            task = progress.add_task(fw, total=len(experiments), status="")
+            if not registry.is_installed(fw):
+                for name in experiments:
+                    r = _failed_record(fw, name, f"not installed: {registry.install_hint(fw)}",
+                                       device_kinds=kinds, threads=args.threads,
+                                       repeat=args.repeat, quick=args.quick)
+                    r["status"] = "not-installed"
+                    write_atomic(out / record_filename(fw, name), r)
+                    records.append(r)
+                progress.update(task, completed=len(experiments), status="not installed")
+                continue
+            done, interrupted = run_framework(
+                fw, experiments, cfg, out, args.timeout,
+                lambda name, t=task: progress.update(t, advance=1, status=name), stop)
+            records += done
+            failed = sum(r["status"] == "failed" for r in done)
+            progress.update(task, status=f"{failed} failed" if failed else "done")
+            progress.stop_task(task)
+            if interrupted:
+                break
+
+    command = "python -m benchmarks.devices " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    if records:
+        render(out, command, shown, plots=not args.no_plots, records=records)
+    if args.json:
+        print(json.dumps(records, indent=1))
+    if interrupted:
+        err.print("interrupted: the records finished so far are in " + str(out))
+        return stop.exit_code or 130
+    return 1 if any(r["status"] == "failed" for r in records) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

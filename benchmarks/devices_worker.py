@@ -1,0 +1,63 @@
+"""One framework's device experiments in a process of its own:
+`python -m benchmarks.devices_worker CONFIG_JSON OUT_DIR`.
+
+benchmarks.devices starts one per framework. Before each experiment it prints
+'@begin NAME' on stdout, after writing its record (atomically, in OUT_DIR)
+'@end NAME STATUS', so that the parent knows which experiment a crash hit and can
+start a new worker for the rest. The thread count is in the environment before
+any framework is imported."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from .worker import thread_env
+
+# Fault injection for the tests: the worker aborts (as a segfault would) when it
+# begins the experiment named here.
+CRASH_ENV = "DL_COMPARE_DEVICES_CRASH"
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    cfg = json.loads(argv[0])
+    out = Path(argv[1])
+    os.environ.update(thread_env(cfg["threads"]))
+    from common import experiments as ex, ops as ops_mod
+    from common.results import env_info, write_atomic
+
+    env = env_info()
+    ops = None
+    try:
+        ops = ops_mod.load(cfg["framework"])
+        # two CPU devices where the framework can make them (TF logical devices,
+        # MXNet contexts): the two-device and all-reduce experiments use them
+        ops.setup(cpu_devices=2, threads=cfg["threads"])
+        version = ops.backend.version()
+        setup_error = None
+    except Exception as e:  # noqa: BLE001 - recorded for every experiment
+        version, setup_error = None, f"{type(e).__name__}: {e}"
+    ctx = ex.Context(ops=ops, framework=cfg["framework"], kinds=cfg["kinds"], repeat=cfg["repeat"],
+                     quick=cfg["quick"], threads=cfg["threads"])
+    for name in cfg["experiments"]:
+        _say(f"@begin {name}")
+        if os.environ.get(CRASH_ENV) == name:
+            os.abort()
+        if setup_error:
+            record = ex.new_record(cfg["framework"], name, error=setup_error)
+        else:
+            record = ex.run_experiment(ctx, name)
+        record.update(framework_version=version, env=env)
+        write_atomic(out / ex.record_filename(cfg["framework"], name), record)
+        _say(f"@end {name} {record['status']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

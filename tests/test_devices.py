@@ -1,0 +1,171 @@
+"""The device experiments (python -m benchmarks.devices): each framework's results
+are right, a run writes its records and report, bad input exits 2, a crash in one
+experiment leaves the other records. Every framework runs in a process of its own
+(the command starts one worker per framework), on tiny sizes (--quick)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from common import registry
+from common.experiments import EXPERIMENTS
+from tests.conftest import ROOT, covered, run_python, subprocess_env
+
+BAD_INPUT = [
+    (["--framework", "caffe"], "unknown framework 'caffe'"),
+    (["--experiment", "matmul,gemv"], "unknown experiment 'gemv'"),
+    (["--experiment", ","], "--experiment is empty"),
+    (["--device", "tpu"], "argument --device: invalid choice"),
+    (["--repeat", "0"], "must be at least 1"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUT)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    proc = run_python(["-m", "benchmarks.devices", *args])
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert proc.stdout == ""
+
+
+def test_an_incomplete_backend_fails_loudly():
+    code = ("from common.ops import Ops\n"
+            "class Half(Ops):\n"
+            "    def visible_devices(self, kind): return ['cpu:0']\n"
+            "class B: name = 'half'\n"
+            "try:\n"
+            "    Half(B())\n"
+            "except TypeError as e:\n"
+            "    print(e)\n")
+    proc = run_python(["-c", code])
+    assert "abstract" in proc.stdout and "matmul" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_device_modules_import_no_framework():
+    code = ("import sys, common.ops, common.experiments, common.device_report, "
+            "benchmarks.devices, benchmarks.devices_worker, benchmarks.runner\n"
+            "loaded = [m for m in ('torch', 'tensorflow', 'mxnet', 'paddle', 'keras') "
+            "if m in sys.modules]\n"
+            "assert not loaded, loaded\n")
+    proc = run_python(["-c", code])
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_runner_kills_the_whole_group_on_timeout(tmp_path):
+    from benchmarks.runner import run_worker
+    child = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); print('up', flush=True); time.sleep(60)"
+    lines = []
+    t0 = time.monotonic()
+    ex = run_worker(["-c", child], tmp_path / "w.log", 2, lines.append)   # python prepended
+    assert ex.timed_out and ex.code is not None and ex.code < 0
+    assert [line.strip() for line in lines] == ["up"]
+    assert time.monotonic() - t0 < 30     # the grandchild held no pipe open: it died too
+
+
+@pytest.fixture(scope="session")
+def devices_run(tmp_path_factory):
+    """framework -> (its records by experiment, its results folder): one quick run
+    of every experiment, in the command's own worker process, made once."""
+    cache = {}
+
+    def get(framework):
+        if framework not in cache:
+            if not registry.is_installed(framework):
+                pytest.fail(f"{framework} is required here but not installed")
+            out = tmp_path_factory.mktemp(f"devices-{framework}")
+            proc = run_python(["-m", "benchmarks.devices", "--framework", framework, "--quick",
+                               "--repeat", "2", "--device", "cpu", "--out", str(out), "--json"],
+                              threads=2, timeout=300)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            records = {r["experiment"]: r for r in json.loads(proc.stdout)}
+            cache[framework] = records, out
+        return cache[framework]
+    return get
+
+
+EXPECTED_CHECKS = {            # experiment -> a phrase every framework's checks must contain
+    "matmul": "equals NumPy's",
+    "logging": "both variants give the same norms",
+    "two-devices": "equals NumPy's",
+    "async": "y = x + 1",
+    "roundtrip": "bit-exact",
+    "allreduce": "holds the sum",
+}
+
+
+@pytest.mark.parametrize("name", list(EXPERIMENTS))
+@pytest.mark.parametrize("framework", covered())
+def test_each_experiment_is_right(devices_run, framework, name):
+    records, out = devices_run(framework)
+    r = records[name]
+    if name == "overlap":      # a CPU run: nothing to copy, said so
+        assert r["status"] == "not-applicable" and "CPU only" in r["error"], r
+        return
+    assert r["status"] == "ok", f"{r['error']}\n{r.get('traceback', '')}"
+    assert r["checks"] and all(c["ok"] for c in r["checks"])
+    assert any(EXPECTED_CHECKS[name] in c["name"] for c in r["checks"]), r["checks"]
+    measured = [row for row in r["rows"] if "median_s" in row]
+    assert measured and all(row["min_s"] <= row["median_s"] <= row["max_s"] for row in measured)
+    on_disk = json.loads((out / f"{framework}-{name}.devices.json").read_text())
+    assert on_disk["status"] == r["status"] and on_disk["rows"] == r["rows"]
+
+
+@pytest.mark.parametrize("framework", covered())
+def test_allreduce_checks_every_device_by_hand_and_native(devices_run, framework):
+    r = devices_run(framework)[0]["allreduce"]
+    variants = {row["variant"] for row in r["rows"]}
+    assert variants == {"by hand (chapter)", "native"}
+    names = " ".join(c["name"] for c in r["checks"])
+    assert "by hand" in names and "native" in names
+    for row in r["rows"]:
+        assert row["busbw"] == pytest.approx(row["algbw"])     # 2(n-1)/n = 1 for n = 2
+
+
+def test_a_run_writes_records_report_and_plots(devices_run):
+    framework = covered()[0]
+    records, out = devices_run(framework)
+    assert set(records) == set(EXPERIMENTS)
+    report = (out / "report.md").read_text()
+    for exp in EXPERIMENTS.values():
+        assert f"(`{exp.name}`)" in report
+    for png in ("matmul_gflops.png", "allreduce_busbw.png", "sync_vs_device_log.png"):
+        assert (out / png).stat().st_size > 1000
+    again = run_python(["-m", "benchmarks.devices_report", str(out), "--no-plots"])
+    assert again.returncode == 0, again.stderr
+    assert (out / "report.md").read_text() == report
+
+
+def test_a_crash_in_one_experiment_leaves_the_others(tmp_path):
+    framework = "pytorch" if "pytorch" in covered() else covered()[0]
+    env = {**subprocess_env(threads=2), "DL_COMPARE_DEVICES_CRASH": "logging"}
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.devices", "--framework", framework,
+                           "--experiment", "matmul,logging,roundtrip", "--quick", "--repeat", "2",
+                           "--out", str(tmp_path), "--json", "--no-plots"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    by_name = {r["experiment"]: r for r in json.loads(proc.stdout)}
+    assert by_name["logging"]["status"] == "failed"
+    assert "signal 6" in by_name["logging"]["error"]
+    # the one before the crash was kept; the one after ran in a new worker
+    assert by_name["matmul"]["status"] == "ok" and by_name["roundtrip"]["status"] == "ok"
+    on_disk = {json.loads(p.read_text())["experiment"] for p in tmp_path.glob("*.devices.json")}
+    assert on_disk == {"matmul", "logging", "roundtrip"}
+    assert "failed" in (tmp_path / "report.md").read_text()
+
+
+def test_gpu_experiments_without_a_gpu_say_not_applicable(tmp_path):
+    from benchmarks.compare import gpu_count
+    if gpu_count():
+        pytest.skip("this machine has a GPU")
+    framework = "pytorch" if "pytorch" in covered() else covered()[0]
+    proc = run_python(["-m", "benchmarks.devices", "--framework", framework, "--device", "gpu",
+                       "--experiment", "matmul,overlap", "--quick", "--out", str(tmp_path),
+                       "--json", "--no-plots"], threads=2, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for r in json.loads(proc.stdout):
+        assert r["status"] == "not-applicable" and "no GPU" in r["error"], r
