@@ -460,13 +460,7 @@ def overlap(ctx: Context) -> None:
      ("variant", "way", "s"), ("median_s", "ms", "ms"), ("spread", "min-max ms", "s"),
      ("ms_per_mb", "ms/MB", ".2f"), ("mbps", "MB/s", ".0f")))
 def roundtrip(ctx: Context) -> None:
-    # LeNet's shared weights: common/models/lenet.py since the models package,
-    # common/lenet.py before it (looked up by file: an editable install of another
-    # checkout can satisfy an import that this one cannot)
-    if os.path.exists(os.path.join(os.path.dirname(__file__), "models", "lenet.py")):
-        from .models.lenet import init_params
-    else:
-        from .lenet import init_params
+    from .models.lenet import init_params
     big = ctx.randn((4, (MB if ctx.quick else 16 * MB) // 16), 60)
     big[0, :4] = [-0.0, np.inf, np.nan, np.float32(1e-42)]
     sets = {"LeNet": init_params(ctx.seed),

@@ -111,17 +111,10 @@ class Ops(ABC):
     def spawn(self, fn: Callable, nprocs: int, args: tuple, threads: int = 1) -> None:
         """Run fn(rank, world, *args) in nprocs processes joined into one group.
 
-        The one place that starts ranks: with the suite's launcher (common.launcher:
-        rank, world size and master address in the environment, Backend.join) where
-        it exists, else the backend's own spawn (torch.multiprocessing,
-        paddle.distributed.spawn)."""
+        The one place that starts ranks: common.launcher hands each rank its rank,
+        world size and master address in the environment, and Backend.join joins it."""
         if self.native_allreduce_processes <= 1:
             raise NotApplicable(f"{self.name}'s native all-reduce runs in one process")
-        # (decided by the contract, not by an import that an editable install of
-        # another checkout could satisfy)
-        if not hasattr(self.backend, "join"):
-            self.backend.spawn(fn, nprocs, args)
-            return
         from . import launcher
         launcher.launch(_launched_rank, nprocs, (self.name, threads, fn, args))
 
