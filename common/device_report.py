@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .experiments import EXPERIMENTS, MB
+from .report import colour, save_figure
 
 RECORD_GLOB = "*.devices.json"
 
@@ -225,10 +226,6 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     written = []
-    colours = {}
-
-    def colour(f):
-        return colours.setdefault(f, plt.cm.tab10(len(colours)))
 
     # 1. GFLOP/s against size, per framework and device kind, with NumPy's line
     mm = [r for r in _rows(records, "matmul") if r["status"] == "ok"]
@@ -258,7 +255,7 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
             ax.set_title(f"Matrix products on the {kind.upper()}")
             ax.legend(fontsize=7)
             ax.grid(True, which="both", alpha=0.3)
-        written.append(_save(plt, fig, out_dir / "matmul_gflops.png"))
+        written.append(save_figure(plt, fig, out_dir / "matmul_gflops.png"))
 
     # 2. all-reduce bus bandwidth against size
     ar = [r for r in _rows(records, "allreduce") if r["status"] == "ok"]
@@ -280,7 +277,7 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
         ax.set_title("All-reduce over 2 devices: busbw = algbw x 2(n-1)/n")
         ax.legend(fontsize=7)
         ax.grid(True, which="both", alpha=0.3)
-        written.append(_save(plt, fig, out_dir / "allreduce_busbw.png"))
+        written.append(save_figure(plt, fig, out_dir / "allreduce_busbw.png"))
 
     # 3. synchronising every step versus once / a log kept on the device
     lg = [r for r in _rows(records, "logging") if r["status"] == "ok"]
@@ -313,12 +310,5 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
             ax.set_ylabel("seconds (median)")
             ax.set_title(title)
             ax.legend(fontsize=7)
-        written.append(_save(plt, fig, out_dir / "sync_vs_device_log.png"))
+        written.append(save_figure(plt, fig, out_dir / "sync_vs_device_log.png"))
     return written
-
-
-def _save(plt, fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -246,7 +246,7 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
     ax.set_ylabel("training samples / s")
     ax.set_title("Throughput (higher is better)\nhatched: the framework's own (native) mode; "
                  "black line: the repeats' range", fontsize=9)
-    written.append(_save(plt, fig, out_dir / "throughput.png"))
+    written.append(save_figure(plt, fig, out_dir / "throughput.png"))
 
     n = min(len(r["step_losses"]) for r in ok)
     if n:
@@ -261,7 +261,7 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
         top.legend(fontsize=6, ncol=3)
         bottom.set_ylabel("minus the median of all runs")
         bottom.set_xlabel("step")
-        written.append(_save(plt, fig, out_dir / "step_losses.png"))
+        written.append(save_figure(plt, fig, out_dir / "step_losses.png"))
 
     if max(len(r.get("train_loss") or []) for r in ok) > 1:
         fig, (acc, loss) = plt.subplots(1, 2, figsize=(11, 4))
@@ -276,7 +276,7 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
             a.set_xlabel("epoch")
             a.xaxis.set_major_locator(MaxNLocator(integer=True))
         acc.legend(fontsize=6, ncol=2)
-        written.append(_save(plt, fig, out_dir / "learning_curves.png"))
+        written.append(save_figure(plt, fig, out_dir / "learning_curves.png"))
 
     counts = sorted({r["devices"] for r in ok})
     if len(counts) > 1:
@@ -297,11 +297,11 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
         ax.set_ylabel("speed-up against 1 device")
         ax.set_title("Scaling")
         ax.legend(fontsize=6)
-        written.append(_save(plt, fig, out_dir / "scaling.png"))
+        written.append(save_figure(plt, fig, out_dir / "scaling.png"))
     return written
 
 
-def _save(plt, fig, path: Path) -> Path:
+def save_figure(plt, fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
