@@ -261,7 +261,9 @@ def native_trainer_matches_oracle(b, name):
     params = _nontrivial_params(model)
     trainer = b.native_trainer(name, params, b.devices(n), CHECK_LR)
     batches = [_batch(ORACLE_BATCH[name], seed=s) for s in range(CHECK_STEPS[name])]
-    want_losses, want_params = models.sgd_steps(model, params, batches, CHECK_LR, shards=n)
+    want_state = [s.astype(np.float64) for s in model.init_state()]   # follows the first shard
+    want_losses, want_params = models.sgd_steps(model, params, batches, CHECK_LR, state=want_state,
+                                                shards=n, unbiased_running_var=_unbiased(b, name))
     handles = [trainer.step(X, y) for X, y in batches]
     _close("native step losses vs the oracle", trainer.losses(handles), want_losses, tol["step_loss"])
     replicas = trainer.replica_params()
@@ -273,6 +275,10 @@ def native_trainer_matches_oracle(b, name):
     for pname, p, w in zip(model.PARAM_NAMES, replicas[0], want_params):
         _close(f"native {pname} after {len(batches)} steps vs the oracle", p, w, tol["params"],
                floor)
+    # each replica's running statistics follow its own shard (no sync-bn here); the
+    # first replica's equal the oracle's on the first shard
+    for sname, st, w in zip(model.STATE_NAMES, trainer.replica_state()[0], want_state):
+        _close(f"native {sname} after {len(batches)} steps vs the oracle", st, w, tol["state"])
     trainer.load_params(params, model.init_state())
     for replica in trainer.replica_params():
         for pname, p, w in zip(model.PARAM_NAMES, replica, params):

@@ -84,16 +84,29 @@ class GluonTrainer(Trainer):
     def __init__(self, model, params, state, devices, lr, sync_bn=False):
         build, slots = GLUON_MODELS[model]
         self.ctxs = [context(d) for d in devices]
-        self.net = build(len(devices) if sync_bn else 0)
+        self.sync_bn = sync_bn and len(devices) > 1
+        self.net = build(len(devices) if self.sync_bn else 0)
         self.net.initialize(ctx=self.ctxs)
         self.params, self.state = slots(self.net)
         self.load_params(params, state)
         self.net.hybridize(static_alloc=True, static_shape=True)
         gpu = self.ctxs[0].device_type == "gpu"
-        self.trainer = gluon.Trainer(self.net.collect_params(), "sgd", {"learning_rate": lr},
+        # Only the trained parameters go to the Trainer: its KVStore, set up lazily in
+        # the first step(), broadcasts every parameter it holds, and the running
+        # statistics (grad_req 'null') came back from it as they were before that step
+        # (measured: a 2-device run lost its first BatchNorm update). Each replica's
+        # statistics follow its own shard, or the whole batch with SyncBatchNorm.
+        trained = [p for p in self.net.collect_params().values() if p.grad_req != "null"]
+        self.trainer = gluon.Trainer(trained, "sgd", {"learning_rate": lr},
                                      kvstore="device" if gpu else "local")
 
     def step(self, X, y):
+        if self.sync_bn and len(X) % len(self.ctxs):
+            # SyncBatchNorm averages the shards' means and sums of gradients as if the
+            # shards were equal (measured: 9 images over 2 contexts give the mean of
+            # the 5- and 4-image means), so only an even split is the full batch's BN
+            raise NotApplicable(f"MXNet's SyncBatchNorm needs a batch that the {len(self.ctxs)} "
+                                f"devices divide evenly, got {len(X)}")
         Xs = gluon.utils.split_and_load(nd.array(X), self.ctxs, even_split=False)
         ys = gluon.utils.split_and_load(nd.array(y, dtype=np.float32), self.ctxs, even_split=False)
         with autograd.record():
@@ -124,8 +137,14 @@ class GluonTrainer(Trainer):
 
 
 class Native:
-    sync_bn_needs_gpu = ("gluon.contrib.nn.SyncBatchNorm synchronises GPUs; over CPU contexts "
-                         "a 2-device step did not finish in 300 s (MXNet 1.9.1, measured)")
+    # CPU contexts share one round-robin pool of temporary workspaces (GPUs have one
+    # each); SyncBatchNorm blocks a worker at its barrier, and once an op of cpu(0) after
+    # a barrier shares a workspace with an op of cpu(1) before it, the step deadlocks
+    sync_bn_needs_gpu = ("gluon.contrib.nn.SyncBatchNorm over CPU contexts deadlocks: they share "
+                         "one pool of temporary workspaces (MXNET_CPU_TEMP_COPY), and a context "
+                         "blocked at a SyncBatchNorm barrier holds up the other's ops (MXNet 1.9.1, "
+                         "measured: ResNet-18 on 2 CPU contexts hangs in its first step with "
+                         "the default 4 copies, after 7 steps with 32, 13-14 with 128 or 256)")
 
     def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
         if sync_bn:
