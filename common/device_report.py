@@ -186,9 +186,12 @@ def markdown_report(records: list[dict], command: str) -> str:
         f"{', '.join(first.get('device_kinds') or [])}.", ""]
     loads = [x for r in records for x in (r.get("load_avg") or [])]
     if loads:
-        lines += [f"Load on the machine during the run (1-minute load average, {env.get('cpu_count', '?')} "
-                  f"CPUs): {min(loads):.1f} to {max(loads):.1f}; above the CPU count, other "
-                  "processes were competing for the cores and the times are inflated and noisy.", ""]
+        cpus = env.get("cpu_count") or 0
+        busy = (" (above the CPU count: other processes were competing for the cores, so the "
+                "times are inflated and noisy)" if max(loads) > cpus else
+                " (at most the CPU count: the machine was not oversubscribed)")
+        lines += [f"Load on the machine during the run (1-minute load average, {cpus or '?'} "
+                  f"CPUs): {min(loads):.1f} to {max(loads):.1f}{busy}.", ""]
     no_gpu = sorted({r["framework"] for r in records
                      if any(n.endswith("sees no GPU here") for n in r.get("notes") or [])})
     if no_gpu:

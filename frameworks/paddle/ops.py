@@ -8,7 +8,7 @@ from common import ops
 
 class Ops(ops.Ops):
     native_allreduce_description = ("paddle.distributed.all_reduce, one process per device "
-                                    "started by paddle.distributed.spawn (gloo on CPU, nccl on GPU)")
+                                    "started by the suite's launcher (gloo on CPU, nccl on GPU)")
     native_allreduce_processes = 2
 
     def visible_devices(self, kind):
