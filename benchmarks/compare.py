@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shlex
 import shutil
@@ -31,13 +30,14 @@ from common.modes import MODES
 from common.results import (FAILED, REPEAT_KEYS, RecordError, RunConfig, env_info, new_record,
                             read_record, record_filename, write_atomic)
 
+from .cli import (LOCK_FILE, Parser, UsageError, claim_out, lock_holder, non_negative,
+                  positive, positive_float)
 from .report import render
 from .runner import Interrupts, run_worker
 from .worker import QUIET_ENV, thread_env
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN_FILE = "comparison.json"      # what a results folder was asked to hold (for --resume)
-LOCK_FILE = ".lock"                # pid of the comparison writing the folder right now
 # Chosen so that `make compare` on a 2-core CPU ends within 15 minutes and every
 # row shows a model that learned (README, "What the default run shows"): the first
 # epoch sits on the ln 10 plateau, the second ends at 0.67-0.71 test accuracy, the
@@ -49,42 +49,6 @@ CPU_DEFAULT_DEVICES = [1]
 PLAN_OPTIONS = ("framework", "model", "mode", "devices", "epochs", "batch_size",
                 "batch_per_device", "lr", "sync_bn", "dataset", "data_dir", "steps_per_epoch",
                 "eval_samples", "seed", "threads", "repeat")
-
-
-class UsageError(Exception):
-    pass
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):            # one line, exit code 2
-        raise UsageError(message)
-
-
-def _integer(minimum, rule):
-    """An argparse type: an integer of at least `minimum`, else `rule` in the message."""
-    def parse(text):
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(f"{text} must be {rule}")
-        return v
-    return parse
-
-
-_positive = _integer(1, "at least 1")
-_non_negative = _integer(0, "0 or more")
-
-
-def _positive_float(text):
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number above 0")
-    return v
 
 
 def _device_counts(text):
@@ -112,30 +76,30 @@ def build_parser() -> Parser:
                    help="device counts to run, e.g. 1,2; repeats are dropped (default: 1 and "
                         "every GPU; 1 alone without GPUs, where virtual devices would share "
                         "the same cores)")
-    p.add_argument("--epochs", type=_positive, default=DEFAULT_EPOCHS,
+    p.add_argument("--epochs", type=positive, default=DEFAULT_EPOCHS,
                    help="epochs per run (the chapter's protocol: 10)")
-    p.add_argument("--batch-size", type=_positive, default=256,
+    p.add_argument("--batch-size", type=positive, default=256,
                    help="global batch, split over the devices (fixed whatever the device count)")
-    p.add_argument("--batch-per-device", type=_positive, default=None,
+    p.add_argument("--batch-per-device", type=positive, default=None,
                    help="weak scaling instead: the batch grows with the device count (this "
                         "times k on k devices) and so does the learning rate (--lr times k); "
                         "--batch-per-device 256 --lr 0.1 is the chapter's ResNet protocol")
-    p.add_argument("--lr", type=_positive_float, default=0.2)
+    p.add_argument("--lr", type=positive_float, default=0.2)
     p.add_argument("--sync-bn", action="store_true",
                    help="synchronised BatchNorm across replicas (native mode, models with BatchNorm)")
     p.add_argument("--dataset", default="fashion-mnist", choices=("fashion-mnist", "synthetic"))
     p.add_argument("--data-dir", default=None, help="folder with the four Fashion-MNIST IDX files")
-    p.add_argument("--steps-per-epoch", type=_positive, default=None,
+    p.add_argument("--steps-per-epoch", type=positive, default=None,
                    help="cap on steps per epoch, for quick runs")
-    p.add_argument("--eval-samples", type=_positive, default=None,
+    p.add_argument("--eval-samples", type=positive, default=None,
                    help="evaluate on the first N test images only (default: all), for quick looks")
-    p.add_argument("--seed", type=_non_negative, default=0)
-    p.add_argument("--threads", type=_positive, default=os.cpu_count() or 1,
+    p.add_argument("--seed", type=non_negative, default=0)
+    p.add_argument("--threads", type=positive, default=os.cpu_count() or 1,
                    help="CPU threads per run (split between the processes of a multi-process run)")
-    p.add_argument("--repeat", type=_positive, default=1,
+    p.add_argument("--repeat", type=positive, default=1,
                    help="runs of every configuration, each in a fresh process, interleaved "
                         "across frameworks; the table shows their median and spread")
-    p.add_argument("--timeout", type=_positive, default=3600, help="seconds allowed per run")
+    p.add_argument("--timeout", type=positive, default=3600, help="seconds allowed per run")
     p.add_argument("--out", default=None, help="results folder (default: results/<time>)")
     p.add_argument("--resume", default=None, metavar="DIR",
                    help="finish the comparison in DIR: rerun only what is missing, failed, "
@@ -273,25 +237,6 @@ def resume_plan(args, given: set[str]) -> Plan:
     return plan
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _lock_holder(lock: Path) -> int | None:
-    """The live pid (not ours) in a lock file, or None for none or a stale one."""
-    try:
-        pid = int(lock.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid if pid != os.getpid() and _pid_alive(pid) else None
-
-
 # record fields that must agree between the runs of one results folder
 SAME_IN_A_FOLDER = ("model", "dataset", "epochs", "batch_size", "batch_per_device", "lr",
                     "sync_bn", "seed", "threads", "eval_samples")
@@ -301,7 +246,7 @@ def check_out(out: Path, plan: Plan, resuming: bool) -> None:
     """Refuse an --out that cannot hold this comparison; writes nothing."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a folder; give a folder")
-    pid = _lock_holder(out / LOCK_FILE)
+    pid = lock_holder(out / LOCK_FILE)
     if pid:
         raise UsageError(f"--out {out} is being written by another comparison (pid {pid}, "
                          f"{out / LOCK_FILE}); wait for it to end or give another --out")
@@ -333,51 +278,6 @@ def check_out(out: Path, plan: Plan, resuming: bool) -> None:
         if diff:
             raise UsageError(f"--out {out} holds records of another configuration ({path.name} has "
                              f"{diff[0]} {record[diff[0]]!r}, here {want[diff[0]]!r}); {hint}")
-
-
-def _take_lock(lock: Path, out: Path) -> None:
-    """Create the lock file exclusively; a stale one (its pid gone) is taken over."""
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            pid = _lock_holder(lock)
-            if pid:
-                raise UsageError(f"--out {out} is being written by another comparison "
-                                 f"(pid {pid}, {lock}); wait for it to end or give another --out")
-            lock.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{os.getpid()}\n")
-        return
-    raise UsageError(f"--out {out}: could not take the lock {lock}; try again")
-
-
-def claim_out(out: Path) -> Path:
-    """Create --out (and its parents) and take its lock; on failure remove what was
-    created and raise UsageError. Returns the lock file."""
-    created = []
-    probe = out
-    while not probe.exists() and probe != probe.parent:
-        created.append(probe)
-        probe = probe.parent
-    lock = out / LOCK_FILE
-    try:
-        for d in reversed(created):
-            d.mkdir()
-        _take_lock(lock, out)
-        (out / "logs").mkdir(exist_ok=True)
-    except OSError as e:
-        for d in created:                # innermost first
-            try:
-                for child in d.iterdir():
-                    child.unlink()
-                d.rmdir()
-            except OSError:
-                pass
-        raise UsageError(f"--out {out} cannot be created or written ({e.strerror or e}); "
-                         "choose a writable folder") from None
-    return lock
 
 
 def ok_repeats(record: dict) -> list[dict]:

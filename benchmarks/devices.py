@@ -25,29 +25,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from common import registry
 from common.results import env_info, write_atomic
 
+from .cli import Parser, UsageError, claim_out, positive
 from .runner import Interrupts, run_worker
 from .worker import QUIET_ENV, thread_env
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-class UsageError(Exception):
-    pass
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):            # one line, exit code 2
-        raise UsageError(message)
-
-
-def _positive(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return v
 
 
 def build_parser() -> Parser:
@@ -60,11 +42,11 @@ def build_parser() -> Parser:
                    help=f"all, or a comma-separated list of: {', '.join(EXPERIMENTS)}")
     p.add_argument("--device", default="all", choices=("cpu", "gpu", "all"),
                    help="device kinds to measure (all: the CPU and every GPU a framework sees)")
-    p.add_argument("--repeat", type=_positive, default=5,
+    p.add_argument("--repeat", type=positive, default=5,
                    help="timed repeats per measurement after the warm-up (the median is reported)")
-    p.add_argument("--threads", type=_positive, default=os.cpu_count() or 1,
+    p.add_argument("--threads", type=positive, default=os.cpu_count() or 1,
                    help="CPU threads per framework (split between the ranks of a multi-process collective)")
-    p.add_argument("--timeout", type=_positive, default=600, help="seconds allowed per experiment")
+    p.add_argument("--timeout", type=positive, default=600, help="seconds allowed per experiment")
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes (seconds per framework): checks that everything runs and is right")
     p.add_argument("--out", default=None, help="results folder (default: results/devices-<time>)")
@@ -136,6 +118,11 @@ def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, 
             if path.exists() and name != state["current"]:
                 records[name] = json.loads(path.read_text())
         if ex.interrupted:
+            if state["current"] is not None:     # recorded as compare records its running run
+                name = state["current"]
+                records[name] = _failed_record(framework, name, "stopped by the user before it "
+                                               "finished", status="interrupted", **fields)
+                write_atomic(out / record_filename(framework, name), records[name])
             return [records[n] for n in experiments if n in records], True
         current = state["current"]
         if current is None and not state["begun"] and ex.code != 0:
@@ -195,11 +182,20 @@ def main(argv=None) -> int:
     try:
         args = parser.parse_args(argv)
         frameworks, experiments, kinds = resolve(args)
+        out = Path(args.out or ROOT / "results" / time.strftime("devices-%Y%m%d-%H%M%S"))
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out} is a file, not a folder; give a folder")
+        lock = claim_out(out)           # last: the one step that creates something
     except UsageError as e:
         print(f"devices: error: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out or ROOT / "results" / time.strftime("devices-%Y%m%d-%H%M%S"))
-    (out / "logs").mkdir(parents=True, exist_ok=True)
+    try:
+        return _measure(args, argv, frameworks, experiments, kinds, out)
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _measure(args, argv, frameworks, experiments, kinds, out: Path) -> int:
     err = Console(stderr=True)
     shown = err if args.json else Console(width=None if sys.stdout.isatty() else 160)
     cfg = {"kinds": kinds, "repeat": args.repeat, "quick": args.quick, "threads": args.threads}

@@ -21,6 +21,7 @@ BAD_INPUT = [
     (["--experiment", ","], "--experiment is empty"),
     (["--device", "tpu"], "argument --device: invalid choice"),
     (["--repeat", "0"], "must be at least 1"),
+    (["--out", "/proc/devices-out"], "cannot be created or written"),
 ]
 
 
@@ -169,3 +170,40 @@ def test_gpu_experiments_without_a_gpu_say_not_applicable(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     for r in json.loads(proc.stdout):
         assert r["status"] == "not-applicable" and "no GPU" in r["error"], r
+
+
+def test_an_out_being_written_is_refused(tmp_path):
+    from benchmarks.cli import LOCK_FILE
+    import os
+    (tmp_path / LOCK_FILE).write_text(f"{os.getppid()}\n")               # a live process
+    proc = run_python(["-m", "benchmarks.devices", "--out", str(tmp_path)])
+    assert proc.returncode == 2 and "being written by another run" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_FILE]
+
+
+def test_sigint_stops_the_run_and_keeps_what_finished(tmp_path):
+    import os
+    import signal
+    framework = covered()[0]
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.devices", "--framework", framework,
+                             "--experiment", "logging,matmul", "--repeat", "50", "--out", str(out),
+                             "--no-plots"], cwd=ROOT, env=subprocess_env(2), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (out / f"{framework}-logging.devices.json").exists():
+        time.sleep(0.2)
+    time.sleep(2)                                # matmul is being measured now
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 10, "took more than a few seconds to stop"
+    assert proc.returncode == 130, stderr[-2000:]
+    status = {json.loads(p.read_text())["experiment"]: json.loads(p.read_text())["status"]
+              for p in out.glob("*.devices.json")}
+    assert status == {"logging": "ok", "matmul": "interrupted"}, status
+    assert "interrupted" in (out / "report.md").read_text()
+    assert not (out / ".lock").exists()
+    time.sleep(1)
+    alive = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
+    assert not [p for p in alive if int(p) != os.getpid()], "a worker outlived the run"
