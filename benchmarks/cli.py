@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 LOCK_FILE = ".lock"                # pid of the run writing the folder right now
+COMMAND_FILE = "command.txt"       # the command that wrote the folder, for a re-render
 
 
 class UsageError(Exception):
@@ -109,3 +110,9 @@ def claim_out(out: Path) -> Path:
         raise UsageError(f"--out {out} cannot be created or written ({e.strerror or e}); "
                          "choose a writable folder") from None
     return lock
+
+
+def recorded_command(out: Path) -> str:
+    """The command that wrote a results folder (for a report rendered again)."""
+    path = out / COMMAND_FILE
+    return path.read_text().strip() if path.exists() else "(unknown)"

@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from common import registry
 from common.results import env_info, write_atomic
 
-from .cli import Parser, UsageError, claim_out, positive
+from .cli import COMMAND_FILE, Parser, UsageError, claim_out, positive
 from .runner import Interrupts, run_worker
 from .worker import QUIET_ENV, thread_env
 
@@ -161,7 +161,7 @@ def render(out: Path, command: str, console: Console, plots: bool = True,
            records: list[dict] | None = None) -> list[dict]:
     from common import device_report
     records = device_report.load_records(out) if records is None else records
-    (out / "command.txt").write_text(command + "\n")
+    (out / COMMAND_FILE).write_text(command + "\n")
     (out / "report.md").write_text(device_report.markdown_report(records, command))
     if plots:
         device_report.plots(records, out)

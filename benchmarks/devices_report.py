@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from .cli import recorded_command
 from .devices import render
 
 
@@ -24,9 +25,7 @@ def main(argv=None) -> int:
         print(f"devices_report: error: no records (*.devices.json) in {out}; "
               "give a benchmarks.devices results folder", file=sys.stderr)
         return 2
-    command_file = out / "command.txt"
-    command = command_file.read_text().strip() if command_file.exists() else "(unknown)"
-    render(out, command, Console(), plots=not args.no_plots)
+    render(out, recorded_command(out), Console(), plots=not args.no_plots)
     return 0
 
 

@@ -17,13 +17,15 @@ from rich.console import Console
 from common import report
 from common.results import RecordError, load_records
 
+from .cli import COMMAND_FILE, recorded_command
+
 
 def render(out: Path, command: str, console: Console, plots: bool = True,
            records: list[dict] | None = None) -> list[dict]:
     """Write report.md (and plots) for `records`, by default every record in `out`."""
     records = load_records(out) if records is None else records
     rows = report.summarize(records)
-    (out / "command.txt").write_text(command + "\n")
+    (out / COMMAND_FILE).write_text(command + "\n")
     (out / "report.md").write_text(report.markdown_report(rows, records, command))
     if plots:
         report.plots(records, out)
@@ -75,9 +77,7 @@ def _main(argv=None) -> int:
         slower = [r for r in rows if r["verdict"] == "slower"]
         return 1 if (slower and args.fail_on_slower) else 0
     out = folders[0]
-    command_file = out / "command.txt"
-    command = command_file.read_text().strip() if command_file.exists() else "(unknown)"
-    render(out, command, Console(), plots=not args.no_plots)
+    render(out, recorded_command(out), Console(), plots=not args.no_plots)
     return 0
 
 
