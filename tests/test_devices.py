@@ -207,3 +207,25 @@ def test_sigint_stops_the_run_and_keeps_what_finished(tmp_path):
     time.sleep(1)
     alive = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
     assert not [p for p in alive if int(p) != os.getpid()], "a worker outlived the run"
+
+
+def test_gpu_rows_read_against_the_best_framework():
+    """On a GPU NumPy has no figure: each product reads against the best framework at
+    that size in the same run (computed at report time, from records as a GPU run
+    writes them)."""
+    from common import device_report
+    from common.experiments import new_record
+
+    def record(framework, gflops):
+        r = new_record(framework, "matmul", status="ok", device_kinds=["cpu", "gpu"])
+        r["rows"] = [{"device": "gpu:0", "size": n, "median_s": 2 * n**3 / g / 1e9,
+                      "min_s": 0.1, "max_s": 0.2, "gflops": g} for n, g in gflops.items()]
+        return r
+    records = [record("pytorch", {4096: 40000.0, 16384: 50000.0}),
+               record("mxnet", {4096: 30000.0, 16384: 55000.0})]
+    text = device_report.markdown_report(records, "cmd")
+    assert records[0]["rows"][0]["vs_best_gpu"] == 1.0
+    assert records[0]["rows"][1]["vs_best_gpu"] == pytest.approx(50000 / 55000)
+    assert records[1]["rows"][0]["vs_best_gpu"] == pytest.approx(0.75)
+    assert "of best GPU" in text and "Largest GPU product: best framework mxnet" in text
+    assert "91% of best GPU" in device_report.headline(records[0])
