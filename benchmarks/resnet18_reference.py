@@ -5,7 +5,7 @@ plain eager nn.Module, nothing from this suite.
 
 d2l's Residual and resnet18 as the book writes them (Conv2d with biases, BatchNorm2d,
 ReLU, AdaptiveAvgPool2d, Linear; normal(0, 0.01) weights), trained with
-torch.optim.SGD and cross-entropy on random 28x28 batches. Prints one JSON line:
+torch.optim.SGD and F.cross_entropy on random 28x28 batches. Prints one JSON line:
 the median seconds per training step after two warm-up steps."""
 import argparse
 import json
@@ -71,17 +71,22 @@ def main():
         if type(m) in (nn.Linear, nn.Conv2d):
             nn.init.normal_(m.weight, std=0.01)
     net.apply(init_weights)
-    trainer = torch.optim.SGD(net.parameters(), lr=0.1)
-    loss = nn.CrossEntropyLoss()
     X = torch.rand(args.batch, 1, 28, 28)
     y = torch.randint(0, 10, (args.batch,))
+    # on a GPU the clock must wait for the queued kernels; on the CPU nothing is queued
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    if torch.cuda.is_available():
+        net, X, y = net.cuda(), X.cuda(), y.cuda()
+    trainer = torch.optim.SGD(net.parameters(), lr=0.1)
     times = []
     for step in range(2 + args.steps):
+        sync()
         t0 = time.perf_counter()
         trainer.zero_grad()
-        loss(net(X), y).backward()
+        F.cross_entropy(net(X), y).backward()
         trainer.step()
-        if step >= 2:                       # on the CPU nothing is left queued: no sync needed
+        sync()
+        if step >= 2:                       # the first two steps are warm-up
             times.append(time.perf_counter() - t0)
     print(json.dumps({"sec_per_step": statistics.median(times), "steps": args.steps,
                       "batch": args.batch, "threads": args.threads,

@@ -9,7 +9,7 @@ import paddle.distributed as dist
 from common.contract import Trainer, predict_in_batches
 from common.data import shard_bounds
 
-from .models import loss_sum
+from .models import ResNet18Layer, loss_sum
 
 
 class OpsLayer(paddle.nn.Layer):
@@ -28,6 +28,21 @@ class OpsLayer(paddle.nn.Layer):
 
     def forward(self, X):
         return self.ops.apply(list(self.ps), self.state, X, self.training)
+
+    def read(self):
+        return (self.ops.from_framework([p.numpy().copy() for p in self.ps]),
+                [s.numpy().copy() for s in self.state])
+
+    def load(self, params, state):
+        values = list(self.ops.to_framework(params)) + list(state)
+        for t, v in zip(list(self.ps) + self.state, values):
+            t.set_value(np.asarray(v))
+
+
+# Models whose native form is a layered paddle.nn model of their own (the chapter's
+# concise implementation, with BatchNorm2D that SyncBatchNorm can replace); the
+# others wrap their functional form in an OpsLayer.
+LAYERED = {"resnet18": ResNet18Layer}
 
 
 class DataParallelTrainer(Trainer):
@@ -62,32 +77,32 @@ class DataParallelTrainer(Trainer):
             return predict_in_batches(lambda x: self.layer(paddle.to_tensor(x)).numpy(), X)
 
     def replica_params(self):
-        return [self.layer.ops.from_framework([p.numpy().copy() for p in self.layer.ps])]
+        return [self.layer.read()[0]]
 
     def replica_state(self):
-        return [[s.numpy().copy() for s in self.layer.state]]
+        return [self.layer.read()[1]]
 
     def load_params(self, params, state):
-        for p, v in zip(self.layer.ps, self.layer.ops.to_framework(params)):
-            p.set_value(np.asarray(v))
-        for s, v in zip(self.layer.state, state):
-            s.set_value(np.asarray(v))
+        self.layer.load(params, state)
 
 
 class Native:
-    sync_bn_needs_gpu = ("paddle.nn.SyncBatchNorm has GPU kernels only (CPU build: 'The kernel "
-                         "`sync_batch_norm` is not registered')")
+    sync_bn_needs_gpu = ("paddle.nn.SyncBatchNorm has GPU kernels only (CPU build, gloo, under "
+                         "DataParallel, its forward: 'The kernel `sync_batch_norm` is not "
+                         "registered')")
 
     def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
         if sync_bn:
             self.check_sync_bn(devices)
-            # not built yet: on GPUs it would need paddle.nn.SyncBatchNorm layers in place of
-            # the functional model's batch_norm (a run says failed, never a false figure)
-            raise NotImplementedError("paddle sync-bn on GPUs is not built yet")
         if world == 1 and len(devices) > 1:
             raise ValueError("Paddle native mode runs one process per device (common.launcher)")
         from common import models
-        layer = OpsLayer(self.model_ops(model), params, models.get(model).init_state())
+        state = models.get(model).init_state()
+        layer = (LAYERED[model](params, state) if model in LAYERED
+                 else OpsLayer(self.model_ops(model), params, state))
+        if sync_bn:
+            # BatchNorm2D -> SyncBatchNorm: batch statistics all-reduced over the ranks
+            layer = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(layer)
         return DataParallelTrainer(layer, lr, rank, world)
 
     def join(self, rank):
