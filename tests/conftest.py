@@ -41,6 +41,38 @@ def run_python(args: list[str], timeout: int = 600, threads: int = 1,
                           env=subprocess_env(threads, extra_path), timeout=timeout)
 
 
+def usage_error(args: list[str]) -> str:
+    """Run `python args`, which must reject its input the suite's way: exit 2, one line
+    on stderr, nothing on stdout. Returns that line."""
+    proc = run_python(args)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", proc.stderr
+    return lines[0]
+
+
+def interrupt(args: list[str], out: Path, ready, settle: float) -> str:
+    """Start `python args`, wait until ready() holds (300 s at most) and `settle` seconds
+    more, then send SIGINT: it must stop within a few seconds with exit 130 and leave
+    no process naming `out` alive. Returns its stderr."""
+    import signal
+    import time
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=subprocess_env(2), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not ready() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(settle)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 10, "took more than a few seconds to stop"
+    assert proc.returncode == 130, stderr[-2000:]
+    time.sleep(1)
+    alive = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
+    assert not [p for p in alive if int(p) != os.getpid()], "a worker outlived the run"
+    return stderr
+
+
 @pytest.fixture(scope="session")
 def conformance(tmp_path_factory):
     """framework -> {check: result}, each framework's checks run once, in its own process."""

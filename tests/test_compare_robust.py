@@ -9,7 +9,7 @@ import pytest
 from benchmarks import compare
 from common import registry, report
 from common.results import COMPARE_KEYS, RunConfig, new_record, record_filename, write_atomic
-from tests.conftest import covered, run_python
+from tests.conftest import covered, run_python, usage_error
 
 QUICK = ["--dataset", "synthetic", "--mode", "scratch", "--no-plots", "--epochs", "1",
          "--steps-per-epoch", "2"]
@@ -41,10 +41,7 @@ def write_folder(folder, records, plan=None):
 
 
 def _bad(args):
-    proc = run_python(["-m", "benchmarks.compare", "--dataset", "synthetic", *args])
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", proc.stderr
-    return lines[0]
+    return usage_error(["-m", "benchmarks.compare", "--dataset", "synthetic", *args])
 
 
 def _plan(devices, repeat=1, **run):
