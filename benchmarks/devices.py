@@ -76,10 +76,12 @@ def resolve(args) -> tuple[list[str], list[str], list[str]]:
     return frameworks, experiments, kinds
 
 
-def _failed_record(framework: str, name: str, why: str, **fields) -> dict:
+def _failed_record(framework: str, name: str, why: str, cfg: dict, status: str = "failed") -> dict:
+    """The record of an experiment that did not run to its end (with the run's settings)."""
     from common.experiments import new_record
-    record = new_record(framework, name, error=why, env=env_info(), **fields)
-    return record
+    return new_record(framework, name, status=status, error=why, env=env_info(),
+                      device_kinds=cfg["kinds"], threads=cfg["threads"], repeat=cfg["repeat"],
+                      quick=cfg["quick"])
 
 
 def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, timeout: int,
@@ -92,8 +94,6 @@ def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, 
     remaining = list(experiments)
     records: dict[str, dict] = {}
     attempt = 0
-    fields = dict(device_kinds=cfg["kinds"], threads=cfg["threads"], repeat=cfg["repeat"],
-                  quick=cfg["quick"])
     for name in remaining:
         (out / record_filename(framework, name)).unlink(missing_ok=True)
     while remaining:
@@ -121,7 +121,7 @@ def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, 
             if state["current"] is not None:     # recorded as compare records its running run
                 name = state["current"]
                 records[name] = _failed_record(framework, name, "stopped by the user before it "
-                                               "finished", status="interrupted", **fields)
+                                               "finished", cfg, status="interrupted")
                 write_atomic(out / record_filename(framework, name), records[name])
             return [records[n] for n in experiments if n in records], True
         current = state["current"]
@@ -129,7 +129,7 @@ def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, 
             # it died before its first experiment (an import crash): all of them failed
             why = f"worker died before its first experiment (exit code {ex.code}); log {log}: {ex.log_tail}"
             for name in remaining:
-                records[name] = _failed_record(framework, name, why, **fields)
+                records[name] = _failed_record(framework, name, why, cfg)
                 write_atomic(out / record_filename(framework, name), records[name])
                 on_done(name)
             break
@@ -142,7 +142,7 @@ def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, 
                 why = f"worker died with exit code {ex.code}"
             records[current] = _failed_record(framework, current,
                                               f"{why} during this experiment; log {log}: {ex.log_tail}",
-                                              **fields)
+                                              cfg)
             write_atomic(out / record_filename(framework, current), records[current])
             on_done(current)
         before, remaining = len(remaining), [n for n in remaining if n not in records]
@@ -151,7 +151,7 @@ def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, 
             for name in remaining:
                 records[name] = _failed_record(
                     framework, name, f"the worker did not reach it (exit code {ex.code}); "
-                    f"log {log}: {ex.log_tail}", **fields)
+                    f"log {log}: {ex.log_tail}", cfg)
                 write_atomic(out / record_filename(framework, name), records[name])
             break
     return [records[n] for n in experiments if n in records], False
@@ -210,9 +210,7 @@ def _measure(args, argv, frameworks, experiments, kinds, out: Path) -> int:
             if not registry.is_installed(fw):
                 for name in experiments:
                     r = _failed_record(fw, name, f"not installed: {registry.install_hint(fw)}",
-                                       device_kinds=kinds, threads=args.threads,
-                                       repeat=args.repeat, quick=args.quick)
-                    r["status"] = "not-installed"
+                                       cfg, status="not-installed")
                     write_atomic(out / record_filename(fw, name), r)
                     records.append(r)
                 progress.update(task, completed=len(experiments), status="not installed")

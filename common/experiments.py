@@ -104,15 +104,11 @@ def measure(fn: Callable[[], object], sync: Callable[[], None], repeat: int, war
             "repeats": len(times)}
 
 
-def _devices(ctx: Context, kind: str) -> list[str]:
-    return ctx.ops.visible_devices(kind)
-
-
 def _kinds(ctx: Context) -> list[tuple[str, list[str]]]:
     """(kind, its devices) for each requested kind; a kind with no device is a row."""
     out = []
     for kind in ctx.kinds:
-        devs = _devices(ctx, kind)
+        devs = ctx.ops.visible_devices(kind)
         if devs:
             out.append((kind, devs))
         elif len(ctx.kinds) > 1:      # --device all: a kind the machine lacks is a note
@@ -404,7 +400,7 @@ def overlap(ctx: Context) -> None:
                              "note": "CPU only: the arrays already live in host memory, so there "
                                      "is no host<->device copy to time or to overlap"})
             continue
-        devs = _devices(ctx, kind)
+        devs = ctx.ops.visible_devices(kind)
         if not devs:
             if len(ctx.kinds) > 1:
                 ctx.note(f"{ctx.framework} sees no GPU here")
