@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from common import data, models, registry
 from common.modes import MODES
 from common.results import (FAILED, REPEAT_KEYS, RecordError, RunConfig, env_info, new_record,
-                            read_record, record_filename, write_atomic)
+                            ok_repeats, read_record, record_filename, write_atomic)
 
 from .cli import (LOCK_FILE, Parser, UsageError, claim_out, lock_holder, non_negative,
                   positive, positive_float)
@@ -278,13 +278,6 @@ def check_out(out: Path, plan: Plan, resuming: bool) -> None:
         if diff:
             raise UsageError(f"--out {out} holds records of another configuration ({path.name} has "
                              f"{diff[0]} {record[diff[0]]!r}, here {want[diff[0]]!r}); {hint}")
-
-
-def ok_repeats(record: dict) -> list[dict]:
-    """The figures of a record's successful repeats (a record without "repeats"
-    counts as one repeat)."""
-    repeats = record.get("repeats") or [{k: record.get(k) for k in REPEAT_KEYS}]
-    return [r for r in repeats if r.get("status") == "ok"]
 
 
 def merge_repeat(previous: dict | None, new: dict, planned: int) -> dict:

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .results import ok_repeats
+
 COLUMNS = ("framework", "model", "mode", "devices", "status", "test acc", "train loss", "sec/epoch",
            "spread", "samples/s", "speed-up", "efficiency", "peak MB", "note")
 
@@ -39,11 +41,9 @@ NOISE_THRESHOLD = 0.10
 
 
 def repeat_figures(record: dict) -> list[dict]:
-    """The successful repeats of a record (benchmarks.compare --repeat); a record
-    without "repeats" is its own one repeat."""
-    keys = ("status", "sec_per_epoch", "steps_per_epoch", "samples_per_sec")
-    repeats = record.get("repeats") or [{k: record.get(k) for k in keys}]
-    return [r for r in repeats if r.get("status") == "ok" and r.get("sec_per_epoch")]
+    """The successful repeats of a record (benchmarks.compare --repeat) that timed
+    an epoch."""
+    return [r for r in ok_repeats(record) if r.get("sec_per_epoch")]
 
 
 def timing(record: dict) -> dict:

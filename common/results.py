@@ -139,6 +139,13 @@ def record_filename(record: dict) -> str:
     return f"{model}{record['framework']}-{record['mode']}{sync}-{record['devices']}dev.json"
 
 
+def ok_repeats(record: dict) -> list[dict]:
+    """The figures of a record's successful repeats (a record without "repeats"
+    counts as one repeat)."""
+    repeats = record.get("repeats") or [{k: record.get(k) for k in REPEAT_KEYS}]
+    return [r for r in repeats if r.get("status") == "ok"]
+
+
 class RecordError(ValueError):
     """A file in a results folder that is not a readable run record; names the file."""
 
