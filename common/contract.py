@@ -72,6 +72,13 @@ class ModelOps(ABC):
         """Logits for images X (common NCHW layout). In training mode BatchNorm uses the
         batch's statistics and updates `state` in place; else it uses `state`."""
 
+    def apply_units(self, params: list, state: list, X: Any, units: tuple[int, int],
+                    training: bool) -> Any:
+        """The units lo..hi-1 of the model's UNITS (a pipeline stage, model mode): X is
+        unit lo-1's output (the images when lo is 0); logits when hi is the last unit.
+        Only the units' own entries of `params` and `state` are read."""
+        raise NotApplicable(f"{type(self).__name__} cannot be cut into pipeline stages yet")
+
 
 class Trainer(ABC):
     """One training run's state on its devices: a scratch replica set, or the
@@ -111,6 +118,11 @@ class Trainer(ABC):
     @abstractmethod
     def load_params(self, params: Sequence[np.ndarray], state: Sequence[np.ndarray]) -> None:
         """Overwrite every replica's parameters and state (used after the warm-up)."""
+
+    def figures(self) -> dict:
+        """Figures of the run that only this mode has, for the record (model mode: per-stage
+        times, bytes between stages, bubble); called by every rank at the end of training."""
+        return {}
 
 
 class Backend(ABC):
@@ -295,3 +307,61 @@ class Backend(ABC):
                              devices: Sequence[str], lr: float) -> Trainer:
         """The dataparallel mode (torch.nn.DataParallel): PyTorch's alone (KNOWN_GAPS)."""
         raise NotApplicable(registry.KNOWN_GAPS[(self.name, "dataparallel")])
+
+    # --- model mode: the layers cut into stages across devices (common/pipeline.py) ---
+    def stage_replica(self, params: Sequence[np.ndarray], state: Sequence[np.ndarray],
+                      device: str, model: str, stage) -> Replica:
+        """One pipeline stage's parameters and state (stage.params, stage.state of the
+        common lists) on `device`, gradients attached. By default a replica of the whole
+        model (get_params) of which the stage holds its own entries; the whole one stays
+        as .full, which apply_units indexes."""
+        full = self.get_params(params, device, model, state)
+        own = Replica([full[i] for i in stage.params], model, device,
+                      [full.state[j] for j in stage.state],
+                      None if full.grads is None else [full.grads[i] for i in stage.params])
+        own.full, own.stage = full, stage
+        return own
+
+    def read_stage(self, replica: Replica) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """A stage's parameters and state in the common layout, in stage.params/.state order."""
+        params, state = self.read_params(replica.full), self.read_state(replica.full)
+        return ([params[i] for i in replica.stage.params],
+                [state[j] for j in replica.stage.state])
+
+    def write_stage(self, replica: Replica, params: Sequence[np.ndarray],
+                    state: Sequence[np.ndarray]) -> None:
+        """Overwrite a stage's parameters and state from the whole model's common lists."""
+        self.write_params(replica.full, params, state)
+
+    def stage_forward(self, replica: Replica, X: Any, y: Any = None,
+                      training: bool = True) -> tuple[Any, Any]:
+        """The stage's units on its device (X there already). Training: returns (what is
+        handed to the next stage, detached from this stage's graph, and a tape for
+        stage_backward); with labels y (the last stage) the first is the summed loss.
+        Evaluation: (the output, None), nothing recorded."""
+        raise NotApplicable(f"{self.name} has no pipeline stages yet")
+
+    def stage_backward(self, replica: Replica, tape: Any, grad: Any, first: bool) -> Any:
+        """Backward through one stage: `grad` is the gradient of its output (None at the
+        last stage: the loss). The parameters' gradients add up in the replica's
+        gradients over micro-batches (`first`: the first backward of the step, which
+        starts them from zero). Returns the gradient of the stage's input (None for the
+        first stage)."""
+        raise NotApplicable(f"{self.name} has no pipeline stages yet")
+
+    def stage_sgd(self, replica: Replica, scale: float) -> None:
+        """p -= scale * grad for the stage's parameters (scratch mode's sgd by default)."""
+        self.sgd(replica, scale)
+
+    # stages in processes of their own (model mode where the framework has one CPU device)
+    def send(self, x: Any, dst: int) -> None:
+        """Send x to rank dst (point to point, in the group joined by join)."""
+        raise NotApplicable(f"{self.name} runs its pipeline stages in one process")
+
+    def recv(self, shape: tuple, src: int, device: str) -> Any:
+        """Receive a float32 array of `shape` from rank src onto `device`."""
+        raise NotApplicable(f"{self.name} runs its pipeline stages in one process")
+
+    def gather_floats(self, values: Sequence[float]) -> np.ndarray:
+        """Every rank's `values` (the same length on each): an array (world, len)."""
+        raise NotApplicable(f"{self.name} runs its pipeline stages in one process")

@@ -16,6 +16,9 @@ class Mode(ABC):
     name: str
     description: str
     default: bool = True          # run by compare unless --mode names the modes
+    # in a run with a process per device, every rank takes part in evaluation (model
+    # mode: the stages evaluate together); else rank 0 alone evaluates
+    every_rank_predicts = False
 
     def processes(self, framework: str, devices: int) -> int:
         """How many processes a run on `devices` devices uses (one, unless per device)."""
@@ -67,6 +70,35 @@ class DataParallel(Mode):
                                             devices, cfg.lr)
 
 
+class Model(Mode):
+    """Model parallelism: the layers cut into stages across the devices, GPipe's
+    micro-batches (common/pipeline.py)."""
+    every_rank_predicts = True
+
+    def processes(self, framework, devices):
+        # one process per stage where the framework has a single CPU device per process
+        # (PyTorch, Paddle without GPUs); else every stage in one process
+        if devices < 2:
+            return 1
+        backend = registry.get(framework)
+        return devices if not (backend.distinct_cpu_devices or backend.num_gpus()) else 1
+
+    def precheck(self, backend, cfg, devices):
+        if cfg.sync_bn:
+            raise NotApplicable("model mode puts each layer on one device: there is no replica "
+                                "to synchronise BatchNorm with")
+        from .pipeline import stages
+        stages(cfg.model, cfg.devices)        # NotApplicable: more stages than units
+        if not 1 <= cfg.micro_batches <= cfg.batch_size:
+            raise NotApplicable(f"{cfg.micro_batches} micro-batches of a batch of {cfg.batch_size}")
+
+    def trainer(self, backend, cfg, devices, rank=0, world=1):
+        from .pipeline import PipelineTrainer
+        model = models.get(cfg.model)
+        return PipelineTrainer(backend, cfg.model, model.init_params(cfg.seed), model.init_state(),
+                               devices, cfg.lr, cfg.micro_batches, rank, world)
+
+
 MODES: dict[str, Mode] = {m.name: m for m in (
     Scratch("scratch", "the chapter's data parallelism written by hand: get_params, "
                        "split_batch, allreduce, train_batch"),
@@ -74,5 +106,7 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     DataParallel("dataparallel", "torch.nn.DataParallel, the chapter's concise PyTorch: one "
                                  "process replicating the module onto every GPU each step",
                  default=False),
+    Model("model", "model parallelism: the layers cut into stages, stage i on device i, "
+                   "micro-batches GPipe-style (--micro-batches)", default=False),
 )}
 NAMES = tuple(MODES)

@@ -24,6 +24,9 @@ RECORD_KEYS = (
     "warmup_sec", "estimated_sec_per_epoch", "sec_per_epoch", "steps_per_epoch",
     "samples_per_sec", "eval_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
     "step_losses", "peak_memory_mb", "peak_memory_source", "diverged_step", "last_finite_loss",
+    # model mode (the pipeline, common/pipeline.py); None in the other modes but micro_batches
+    "micro_batches", "stages", "stage_devices", "stage_sec", "handover_sec",
+    "bytes_between_stages", "bubble", "bubble_gpipe",
     # how it ended, and where
     "status", "error", "traceback", "env",
 )
@@ -57,6 +60,7 @@ class RunConfig:
     steps_per_epoch: int | None = None
     eval_samples: int | None = None    # cap on the test images evaluated (None: all)
     warmup_steps: int = 2
+    micro_batches: int = 1         # model mode: the batch flows through the stages in M parts
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,7 +74,7 @@ def new_record(cfg: RunConfig) -> dict:
                   batch_per_device=cfg.batch_per_device,
                   scaling="weak" if cfg.batch_per_device else "fixed", lr=cfg.lr,
                   sync_bn=cfg.sync_bn, seed=cfg.seed, threads=cfg.threads,
-                  eval_samples=cfg.eval_samples, status="failed",
+                  eval_samples=cfg.eval_samples, micro_batches=cfg.micro_batches, status="failed",
                   sec_per_epoch=[], train_loss=[], step_losses=[], device_names=[])
     return record
 

@@ -102,6 +102,7 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     total = sum(out["sec_per_epoch"])
     out["samples_per_sec"] = steps * cfg.batch_size / total if total else None
     out["steps_per_epoch"] = [len(o) for o in orders]
+    out.update(trainer.figures())
     return out
 
 
@@ -116,10 +117,11 @@ def _rank_main(cfg_dict: dict, result_path: str, progress: bool) -> None:
     try:
         ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
         device = backend.rank_device(rank)
-        trainer = MODES[cfg.mode].trainer(backend, cfg, [device], rank.rank, rank.world_size)
+        mode = MODES[cfg.mode]
+        trainer = mode.trainer(backend, cfg, [device], rank.rank, rank.world_size)
         first = rank.rank == 0
         result = train(backend, trainer, cfg, ds, progress_printer() if (progress and first)
-                       else lambda: None, evaluate=first,
+                       else lambda: None, evaluate=first or mode.every_rank_predicts,
                        on_estimate=estimate_printer() if (progress and first) else lambda s: None)
         if first:
             result["device_names"] = [

@@ -62,3 +62,25 @@ def sgd_steps(model: ModuleType, params, batches, lr: float, state=None, shards:
         for p, g in zip(params, grads):
             p -= lr * g / len(y)
     return np.array(losses), params
+
+
+def stage_cuts(model: ModuleType, k: int) -> list[tuple[int, int]]:
+    """The unit ranges (lo, hi) of k pipeline stages (model mode): contiguous runs of
+    model.UNITS whose largest summed model.UNIT_COST is as small as it can be (on a tie,
+    the earlier cut). Stage i holds units lo..hi-1 and their parameters and state."""
+    costs, n = list(model.UNIT_COST), len(model.UNITS)
+    if not 1 <= k <= n:
+        raise ValueError(f"{model.NAME} has {n} units to cut into stages: 1 to {n} stages, not {k}")
+    prefix = np.concatenate([[0], np.cumsum(costs)])
+    # best[j][i]: the smallest largest-stage cost of units 0..i-1 in j stages, and its last cut
+    best = {(0, 0): (0.0, None)}
+    for j in range(1, k + 1):
+        for i in range(j, n - (k - j) + 1):
+            best[(j, i)] = min((max(best[(j - 1, c)][0], prefix[i] - prefix[c]), c)
+                               for c in range(j - 1, i) if (j - 1, c) in best)
+    cuts, i = [], n
+    for j in range(k, 0, -1):
+        c = best[(j, i)][1]
+        cuts.append((c, i))
+        i = c
+    return cuts[::-1]

@@ -23,6 +23,12 @@ INIT_SCALE = 0.01
 # multiply-adds x 2 of the forward pass (conv1 26x26x20x9, conv2 9x9x50x500, two dense),
 # and about twice that again for the backward pass
 TRAIN_FLOPS_PER_IMAGE = 3 * 2 * (26 * 26 * 20 * 9 + 9 * 9 * 50 * 500 + 800 * 128 + 128 * 10)
+# The units a pipeline (model mode) may cut between, in forward order: (name, parameter
+# indices, state indices, output shape per image in the common NCHW layout). LeNet has
+# two: the conv block (W1..b2) and the dense block (W3..b4), so 2 stages at most.
+UNITS = (("conv block", (0, 1, 2, 3), (), (50, 4, 4)),
+         ("dense block", (4, 5, 6, 7), (), (NUM_CLASSES,)))
+UNIT_COST = (1, 1)                # two units: any cost gives the one cut
 
 
 def init_params(seed: int) -> list[np.ndarray]:

@@ -80,13 +80,32 @@ def _build():
 # FC = {"weight": i, "bias": i}
 
 
-def walk(X, conv, bn, relu):
+def _units():
+    """The units a pipeline (model mode) may cut between, in forward order: the stem,
+    each residual block, the head (pooling and FC). Each: (name, parameter indices,
+    state indices, output shape per image)."""
+    def slots(*layers):
+        ps = [i for layer in layers if layer for k, i in layer.items() if k in ("weight", "bias", "gamma", "beta")]
+        ss = [i for layer in layers if layer for k, i in layer.items() if k in ("mean", "var")]
+        return tuple(sorted(ps)), tuple(sorted(ss))
+    units, h = [("stem", *slots(STEM["conv"], STEM["bn"]), (64, IMAGE_SHAPE[1], IMAGE_SHAPE[2]))], IMAGE_SHAPE[1]
+    for b in BLOCKS:
+        h = _spatial(h, b["stride"])
+        units.append((b["name"], *slots(b["conv1"], b["bn1"], b["conv2"], b["bn2"], b["shortcut"]),
+                      (b["out"], h, h)))
+    units.append(("head", *slots(FC), (NUM_CLASSES,)))
+    return tuple(units)
+
+
+def walk(X, conv, bn, relu, units=None):
     """The network written once for every framework's ops: conv(x, slots, stride, pad)
     and bn(x, slots) close over the framework's parameter and state lists (slots as in
     STEM/BLOCKS), relu is the framework's. Returns the last block's feature maps;
-    the framework pools them and applies FC."""
-    h = relu(bn(conv(X, STEM["conv"], 1, 1), STEM["bn"]))
-    for b in BLOCKS:
+    the framework pools them and applies FC. units=(lo, hi): only the units lo..hi-1
+    of UNITS (a pipeline stage; X is then unit lo-1's output), head excluded."""
+    lo, hi = units or (0, HEAD)
+    h = relu(bn(conv(X, STEM["conv"], 1, 1), STEM["bn"])) if lo == 0 else X
+    for b in BLOCKS[max(lo, 1) - 1: max(min(hi, HEAD) - 1, 0)]:
         y = relu(bn(conv(h, b["conv1"], b["stride"], 1), b["bn1"]))
         y = bn(conv(y, b["conv2"], 1, 1), b["bn2"])
         h = relu(y + (conv(h, b["shortcut"], b["stride"], 0) if b["shortcut"] else h))
@@ -120,22 +139,32 @@ def _spatial(h, stride):
     return (h + 2 - 3) // stride + 1
 
 
+def _unit_macs() -> list[int]:
+    """Multiply-adds per image of the forward pass of each unit of UNITS (the stem, each
+    block's convs, the dense layer)."""
+    h = IMAGE_SHAPE[1]
+    macs = [h * h * 64 * IMAGE_SHAPE[0] * 9]
+    for block in BLOCKS:
+        ho = _spatial(h, block["stride"])
+        m = ho * ho * block["out"] * block["in"] * 9 + ho * ho * block["out"] * block["out"] * 9
+        if block["shortcut"]:
+            m += ho * ho * block["out"] * block["in"]
+        macs.append(m)
+        h = ho
+    macs.append(512 * NUM_CLASSES)
+    return macs
+
+
 def _train_flops_per_image() -> int:
     """Multiply-adds x 2 of the forward pass over every conv and the dense layer, times 3
     for a training step (the backward pass costs about twice the forward)."""
-    h = IMAGE_SHAPE[1]
-    macs = h * h * 64 * IMAGE_SHAPE[0] * 9
-    for block in BLOCKS:
-        ho = _spatial(h, block["stride"])
-        macs += ho * ho * block["out"] * block["in"] * 9 + ho * ho * block["out"] * block["out"] * 9
-        if block["shortcut"]:
-            macs += ho * ho * block["out"] * block["in"]
-        h = ho
-    macs += 512 * NUM_CLASSES
-    return 3 * 2 * macs
+    return 3 * 2 * sum(_unit_macs())
 
 
 TRAIN_FLOPS_PER_IMAGE = _train_flops_per_image()      # about 2.7 GFLOP
+UNITS = _units()              # stem, stage1.block1 .. stage4.block2, head
+HEAD = len(UNITS) - 1         # the head's unit: global average pooling and FC
+UNIT_COST = tuple(_unit_macs())
 
 
 def init_params(seed: int) -> list[np.ndarray]:

@@ -10,10 +10,11 @@ from common.contract import Backend  # noqa: E402
 from .devices import Devices  # noqa: E402
 from .models import Models  # noqa: E402
 from .native import Native  # noqa: E402
+from .pipeline import Pipeline  # noqa: E402
 from .scratch import Scratch  # noqa: E402
 
 
-class KerasBackend(Devices, Models, Scratch, Native, Backend):
+class KerasBackend(Devices, Models, Scratch, Native, Pipeline, Backend):
     name = "keras"
 
 

@@ -10,22 +10,25 @@ from common.models import resnet18 as R
 from frameworks.tensorflow.models import BN_MOMENTUM, Models as TensorFlowModels
 
 
-def keras_lenet(sync_bn=False):     # no BatchNorm: nothing to synchronise
-    return keras.Sequential([
-        keras.Input((28, 28, 1)),
-        layers.Conv2D(20, 3, activation="relu"),
-        layers.AveragePooling2D(2),
-        layers.Conv2D(50, 5, activation="relu"),
-        layers.AveragePooling2D(2),
-        layers.Flatten(),
-        layers.Dense(128, activation="relu"),
-        layers.Dense(10),
-    ])
+def keras_lenet(sync_bn=False, units=(0, 2)):     # no BatchNorm: nothing to synchronise
+    """LeNet, or one of its pipeline units (model mode): the conv block, the dense block."""
+    conv = [keras.Input((28, 28, 1)),
+            layers.Conv2D(20, 3, activation="relu"),
+            layers.AveragePooling2D(2),
+            layers.Conv2D(50, 5, activation="relu"),
+            layers.AveragePooling2D(2)]
+    dense = [layers.Flatten(),
+             layers.Dense(128, activation="relu"),
+             layers.Dense(10)]
+    return keras.Sequential({(0, 2): conv + dense, (0, 1): conv,
+                             (1, 2): [keras.Input((4, 4, 50))] + dense}[tuple(units)])
 
 
-def keras_resnet18(sync_bn=False):
+def keras_resnet18(sync_bn=False, units=None):
     """The chapter's concise ResNet-18 as a functional Keras model, each layer named
-    after its parameters in common/models/resnet18.py (see named_slots)."""
+    after its parameters in common/models/resnet18.py (see named_slots); with units
+    (lo, hi), only those units of R.UNITS (a pipeline stage, model mode)."""
+    lo, hi = units or (0, len(R.UNITS))
     def conv(x, c, stride, pad):
         name = R.PARAM_NAMES[c["weight"]].rsplit(".", 1)[0]
         cout, _, k, _ = R.PARAM_SHAPES[c["weight"]]
@@ -39,17 +42,20 @@ def keras_resnet18(sync_bn=False):
         return layers.BatchNormalization(momentum=BN_MOMENTUM, epsilon=R.BN_EPS, synchronized=sync_bn,
                                          name=R.PARAM_NAMES[i["gamma"]].rsplit(".", 1)[0])(x)
 
-    X = keras.Input((28, 28, 1))
-    h = layers.ReLU()(bn(conv(X, R.STEM["conv"], 1, 1), R.STEM["bn"]))
-    for b in R.BLOCKS:
+    c, hh, ww = R.UNITS[lo - 1][3] if lo else R.IMAGE_SHAPE
+    X = h = keras.Input((hh, ww, c))
+    if lo == 0:
+        h = layers.ReLU()(bn(conv(X, R.STEM["conv"], 1, 1), R.STEM["bn"]))
+    for b in R.BLOCKS[max(lo, 1) - 1: max(min(hi, R.HEAD) - 1, 0)]:
         y = layers.ReLU()(bn(conv(h, b["conv1"], b["stride"], 1), b["bn1"]))
         y = bn(conv(y, b["conv2"], 1, 1), b["bn2"])
         h = layers.ReLU()(layers.Add()([y, conv(h, b["shortcut"], b["stride"], 0) if b["shortcut"] else h]))
-    h = layers.GlobalAveragePooling2D()(h)
-    return keras.Model(X, layers.Dense(R.NUM_CLASSES, name="fc")(h), name="resnet18")
+    if hi > R.HEAD:
+        h = layers.Dense(R.NUM_CLASSES, name="fc")(layers.GlobalAveragePooling2D()(h))
+    return keras.Model(X, h, name="resnet18")
 
 
-def keras_slots(m):
+def keras_slots(m, stage=None):
     """(parameters, state): Keras's own order, where it is the common one (LeNet)."""
     return list(m.trainable_weights), list(m.non_trainable_weights)
 
@@ -59,14 +65,16 @@ _ATTRS = {"weight": "kernel", "bias": "bias", "gamma": "gamma", "beta": "beta",
           "running_mean": "moving_mean", "running_var": "moving_variance"}
 
 
-def named_slots(m):
-    """(parameters, state) in the order of PARAM_NAMES and STATE_NAMES, found by layer
-    name (a functional model's weights come in graph order, with the moving statistics
-    among the parameters)."""
+def named_slots(m, stage=None):
+    """(parameters, state) in the order of PARAM_NAMES and STATE_NAMES (of a pipeline
+    stage's: stage.params, stage.state), found by layer name (a functional model's
+    weights come in graph order, with the moving statistics among the parameters)."""
     def find(names):
         return [getattr(m.get_layer(layer), _ATTRS[attr])
                 for layer, attr in (n.rsplit(".", 1) for n in names)]
-    return find(R.PARAM_NAMES), find(R.STATE_NAMES)
+    if stage is None:
+        return find(R.PARAM_NAMES), find(R.STATE_NAMES)
+    return find([R.PARAM_NAMES[i] for i in stage.params]), find([R.STATE_NAMES[j] for j in stage.state])
 
 
 # model name -> (Keras model builder taking sync_bn, its (parameters, state) in the
@@ -81,19 +89,23 @@ def nhwc(X):
 class Models:
     models = TensorFlowModels.models     # the layouts (and functional forms) are TensorFlow's
 
-    def keras_model(self, model, params, state=(), sync_bn=False):
+    def keras_model(self, model, params, state=(), sync_bn=False, stage=None):
         """The Keras model `model` with the common weights `params` and `state`, and its
-        (parameter, state) variables in the common order."""
+        (parameter, state) variables in the common order; with a pipeline stage
+        (common/pipeline.py), the sub-model of its units and its variables."""
         if model not in KERAS_MODELS:
             self.model_ops(model)        # an unknown model or a known gap: a clear error
         build, slots = KERAS_MODELS[model]
-        m = build(sync_bn)
-        variables = slots(m)
-        self.set_weights(model, variables, params, state)
+        m = build(sync_bn) if stage is None else build(sync_bn, units=stage.units)
+        variables = slots(m, stage)
+        self.set_weights(model, variables, params, state, stage)
         return m, variables
 
-    def set_weights(self, model, variables, params, state):
-        for v, p in zip(variables[0], self.model_ops(model).to_framework(params)):
+    def set_weights(self, model, variables, params, state, stage=None):
+        params, state = self.model_ops(model).to_framework(params), list(state)
+        if stage is not None:
+            params, state = [params[i] for i in stage.params], [state[j] for j in stage.state]
+        for v, p in zip(variables[0], params):
             v.assign(p)
         for v, s in zip(variables[1], state):
             v.assign(s)

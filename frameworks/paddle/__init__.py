@@ -6,10 +6,11 @@ from common.contract import Backend
 from .devices import Devices
 from .models import Models
 from .native import Native
+from .pipeline import Pipeline
 from .scratch import Scratch
 
 
-class PaddleBackend(Devices, Models, Scratch, Native, Backend):
+class PaddleBackend(Devices, Models, Scratch, Native, Pipeline, Backend):
     name = "paddle"
 
 

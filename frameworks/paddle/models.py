@@ -25,12 +25,18 @@ def loss_sum(logits, y):
 
 class LeNet(ModelOps):
     def apply(self, params, state, X, training):
-        h1 = F.avg_pool2d(F.relu(plus_bias(F.conv2d(X, params[0]), params[1], [1, -1, 1, 1])),
-                          kernel_size=2, stride=2)
-        h2 = F.avg_pool2d(F.relu(plus_bias(F.conv2d(h1, params[2]), params[3], [1, -1, 1, 1])),
-                          kernel_size=2, stride=2)
-        h3 = F.relu(plus_bias(paddle.matmul(h2.flatten(1), params[4]), params[5], [1, -1]))
-        return plus_bias(paddle.matmul(h3, params[6]), params[7], [1, -1])
+        return self.apply_units(params, state, X, (0, 2), training)
+
+    def apply_units(self, params, state, X, units, training):
+        if units[0] == 0:            # the conv block
+            h1 = F.avg_pool2d(F.relu(plus_bias(F.conv2d(X, params[0]), params[1], [1, -1, 1, 1])),
+                              kernel_size=2, stride=2)
+            X = F.avg_pool2d(F.relu(plus_bias(F.conv2d(h1, params[2]), params[3], [1, -1, 1, 1])),
+                             kernel_size=2, stride=2)
+        if units[1] == 2:            # the dense block
+            h3 = F.relu(plus_bias(paddle.matmul(X.flatten(1), params[4]), params[5], [1, -1]))
+            X = plus_bias(paddle.matmul(h3, params[6]), params[7], [1, -1])
+        return X
 
 
 class ResNet18(ModelOps):
@@ -39,6 +45,9 @@ class ResNet18(ModelOps):
     unbiased_running_var = False
 
     def apply(self, params, state, X, training):
+        return self.apply_units(params, state, X, (0, len(R.UNITS)), training)
+
+    def apply_units(self, params, state, X, units, training):
         def conv(x, c, stride, pad):
             # the bias added expanded (plus_bias): F.conv2d's broadcasting add and its
             # gradient took 0.60 of 2.33 s op time per step at batch 64 (profiled; native
@@ -51,7 +60,9 @@ class ResNet18(ModelOps):
                                 params[i["beta"]], training=training,
                                 momentum=BN_MOMENTUM, epsilon=R.BN_EPS)
 
-        h = R.walk(X, conv, bn, F.relu)
+        h = R.walk(X, conv, bn, F.relu, units)
+        if units[1] <= R.HEAD:
+            return h
         return plus_bias(paddle.matmul(h.mean(axis=[2, 3]), params[R.FC["weight"]]),
                          params[R.FC["bias"]], [1, -1])
 

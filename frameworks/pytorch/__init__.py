@@ -4,10 +4,11 @@ from common.contract import Backend
 from .devices import Devices
 from .models import Models
 from .native import Native
+from .pipeline import Pipeline
 from .scratch import Scratch
 
 
-class TorchBackend(Devices, Models, Scratch, Native, Backend):
+class TorchBackend(Devices, Models, Scratch, Native, Pipeline, Backend):
     name = "pytorch"
 
 

@@ -24,11 +24,17 @@ class LeNet(ModelOps):
     channels_last = True             # see to_layout
 
     def apply(self, params, state, X, training):
-        X = to_layout(X)
-        h1 = F.avg_pool2d(F.relu(F.conv2d(X, params[0], params[1])), kernel_size=2, stride=2)
-        h2 = F.avg_pool2d(F.relu(F.conv2d(h1, params[2], params[3])), kernel_size=2, stride=2)
-        h3 = F.relu(torch.mm(h2.reshape(h2.shape[0], -1), params[4]) + params[5])
-        return torch.mm(h3, params[6]) + params[7]
+        return self.apply_units(params, state, X, (0, 2), training)
+
+    def apply_units(self, params, state, X, units, training):
+        if units[0] == 0:            # the conv block
+            X = to_layout(X)
+            h1 = F.avg_pool2d(F.relu(F.conv2d(X, params[0], params[1])), kernel_size=2, stride=2)
+            X = F.avg_pool2d(F.relu(F.conv2d(h1, params[2], params[3])), kernel_size=2, stride=2)
+        if units[1] == 2:            # the dense block
+            h3 = F.relu(torch.mm(X.reshape(X.shape[0], -1), params[4]) + params[5])
+            X = torch.mm(h3, params[6]) + params[7]
+        return X
 
 
 class ResNet18(ModelOps):
@@ -39,6 +45,9 @@ class ResNet18(ModelOps):
     channels_last = False
 
     def apply(self, params, state, X, training):
+        return self.apply_units(params, state, X, (0, len(R.UNITS)), training)
+
+    def apply_units(self, params, state, X, units, training):
         def conv(x, c, stride, pad):
             return F.conv2d(x, params[c["weight"]], params[c["bias"]], stride, pad)
 
@@ -46,7 +55,9 @@ class ResNet18(ModelOps):
             return F.batch_norm(x, state[i["mean"]], state[i["var"]], params[i["gamma"]],
                                 params[i["beta"]], training, R.BN_MOMENTUM, R.BN_EPS)
 
-        h = R.walk(X, conv, bn, F.relu)
+        h = R.walk(X, conv, bn, F.relu, units)
+        if units[1] <= R.HEAD:
+            return h
         return torch.mm(h.mean(dim=(2, 3)), params[R.FC["weight"]]) + params[R.FC["bias"]]
 
 

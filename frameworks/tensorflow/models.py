@@ -36,11 +36,18 @@ class LeNet(ModelOps):
         return [oihw(W1), b1, oihw(W2), b2, W3, b3, W4, b4]
 
     def apply(self, params, state, X, training):
-        X = tf.transpose(X, [0, 2, 3, 1])
-        h1 = tf.nn.avg_pool2d(tf.nn.relu(tf.nn.conv2d(X, params[0], 1, "VALID") + params[1]), 2, 2, "VALID")
-        h2 = tf.nn.avg_pool2d(tf.nn.relu(tf.nn.conv2d(h1, params[2], 1, "VALID") + params[3]), 2, 2, "VALID")
-        h3 = tf.nn.relu(tf.reshape(h2, [-1, params[4].shape[0]]) @ params[4] + params[5])
-        return h3 @ params[6] + params[7]
+        return self.apply_units(params, state, X, (0, 2), training)
+
+    def apply_units(self, params, state, X, units, training):
+        # between the blocks the features are NHWC (what the next stage takes)
+        if units[0] == 0:            # the conv block
+            X = tf.transpose(X, [0, 2, 3, 1])
+            h1 = tf.nn.avg_pool2d(tf.nn.relu(tf.nn.conv2d(X, params[0], 1, "VALID") + params[1]), 2, 2, "VALID")
+            X = tf.nn.avg_pool2d(tf.nn.relu(tf.nn.conv2d(h1, params[2], 1, "VALID") + params[3]), 2, 2, "VALID")
+        if units[1] == 2:            # the dense block
+            h3 = tf.nn.relu(tf.reshape(X, [-1, params[4].shape[0]]) @ params[4] + params[5])
+            X = h3 @ params[6] + params[7]
+        return X
 
 
 # Keras's (and TensorFlow's) BatchNorm momentum weights the old value: 0.9 for PyTorch's 0.1
@@ -103,6 +110,9 @@ class ResNet18(ModelOps):
                 for p, k in zip(params, R.PARAM_KINDS)]
 
     def apply(self, params, state, X, training):
+        return self.apply_units(params, state, X, (0, len(R.UNITS)), training)
+
+    def apply_units(self, params, state, X, units, training):
         def conv(x, c, stride, pad):
             # pad 1 on both sides as PyTorch: "SAME" at stride 2 would pad only after
             padding = ("VALID" if not pad else "SAME" if stride == 1
@@ -114,7 +124,10 @@ class ResNet18(ModelOps):
             return batch_norm(x, params[i["gamma"]], params[i["beta"]], state[i["mean"]],
                               state[i["var"]], training, self.synchronized)
 
-        h = R.walk(tf.transpose(X, [0, 2, 3, 1]), conv, bn, tf.nn.relu)
+        # between the stages the features are NHWC (what the next stage takes)
+        h = R.walk(tf.transpose(X, [0, 2, 3, 1]) if units[0] == 0 else X, conv, bn, tf.nn.relu, units)
+        if units[1] <= R.HEAD:
+            return h
         return tf.reduce_mean(h, [1, 2]) @ params[R.FC["weight"]] + params[R.FC["bias"]]
 
 
