@@ -48,7 +48,7 @@ CPU_DEFAULT_DEVICES = [1]
 # the options that make up a comparison (--resume takes them from PLAN_FILE)
 PLAN_OPTIONS = ("framework", "model", "mode", "devices", "epochs", "batch_size",
                 "batch_per_device", "lr", "sync_bn", "dataset", "data_dir", "steps_per_epoch",
-                "eval_samples", "seed", "threads", "repeat")
+                "eval_samples", "seed", "threads", "repeat", "micro_batches")
 
 
 def _device_counts(text):
@@ -85,6 +85,9 @@ def build_parser() -> Parser:
                         "times k on k devices) and so does the learning rate (--lr times k); "
                         "--batch-per-device 256 --lr 0.1 is the chapter's ResNet protocol")
     p.add_argument("--lr", type=positive_float, default=0.2)
+    p.add_argument("--micro-batches", type=positive, default=1,
+                   help="model mode: each batch flows through the stages in this many "
+                        "micro-batches, GPipe-style (at most the batch)")
     p.add_argument("--sync-bn", action="store_true",
                    help="synchronised BatchNorm across replicas (native mode, models with BatchNorm)")
     p.add_argument("--dataset", default="fashion-mnist", choices=("fashion-mnist", "synthetic"))
@@ -148,6 +151,10 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
     if args.batch_per_device is None and args.batch_size < max(counts):
         raise UsageError(f"--batch-size {args.batch_size} is smaller than {max(counts)} devices: "
                          "every device needs at least one example; raise --batch-size")
+    smallest = args.batch_per_device * counts[0] if args.batch_per_device else args.batch_size
+    if args.micro_batches > smallest:
+        raise UsageError(f"--micro-batches {args.micro_batches} is more than the batch of "
+                         f"{smallest}: every micro-batch needs at least one example")
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise UsageError(f"--data-dir {args.data_dir} does not exist; give the folder holding "
                          "the Fashion-MNIST IDX files")
@@ -170,7 +177,7 @@ class Plan:
     run: dict            # model, dataset, data_dir, epochs, batch_size, batch_per_device, lr, ...
 
     RUN_KEYS = ("model", "dataset", "data_dir", "epochs", "batch_size", "batch_per_device", "lr",
-                "sync_bn", "seed", "threads", "steps_per_epoch", "eval_samples")
+                "sync_bn", "seed", "threads", "steps_per_epoch", "eval_samples", "micro_batches")
 
     @classmethod
     def from_args(cls, args, frameworks, modes, counts) -> "Plan":
@@ -185,7 +192,8 @@ class Plan:
                           batch_size=r["batch_per_device"] * n if weak else r["batch_size"],
                           lr=r["lr"] * n if weak else r["lr"], batch_per_device=r["batch_per_device"],
                           sync_bn=r["sync_bn"], seed=r["seed"], threads=r["threads"],
-                          steps_per_epoch=r["steps_per_epoch"], eval_samples=r["eval_samples"])
+                          steps_per_epoch=r["steps_per_epoch"], eval_samples=r["eval_samples"],
+                          micro_batches=r.get("micro_batches") or 1)
                 for f in self.frameworks for m in self.modes for n in self.devices]
 
     def to_dict(self) -> dict:
@@ -239,7 +247,7 @@ def resume_plan(args, given: set[str]) -> Plan:
 
 # record fields that must agree between the runs of one results folder
 SAME_IN_A_FOLDER = ("model", "dataset", "epochs", "batch_size", "batch_per_device", "lr",
-                    "sync_bn", "seed", "threads", "eval_samples")
+                    "sync_bn", "seed", "threads", "eval_samples", "micro_batches")
 
 
 def check_out(out: Path, plan: Plan, resuming: bool) -> None:
@@ -256,7 +264,7 @@ def check_out(out: Path, plan: Plan, resuming: bool) -> None:
     stored = out / PLAN_FILE
     if stored.is_file() and not resuming:
         try:
-            theirs = json.loads(stored.read_text())["run"]
+            theirs = {"micro_batches": 1, **json.loads(stored.read_text())["run"]}
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UsageError(f"--out {out}: {stored} is unreadable ({e}); give a new --out") from None
         diff = [k for k in Plan.RUN_KEYS if theirs.get(k) != plan.run.get(k)]

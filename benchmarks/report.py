@@ -35,6 +35,11 @@ def render(out: Path, command: str, console: Console, plots: bool = True,
         console.print(line, highlight=False, markup=False)
     for line in report.definitions(rows, records):
         console.print(line, highlight=False, markup=False, style="dim")
+    pipeline = report.pipeline_table(rows)
+    if pipeline is not None:
+        console.print(pipeline)
+        for line in report.pipeline_definitions(rows):
+            console.print(line, highlight=False, markup=False, style="dim")
     console.print(f"results: {out}", highlight=False, markup=False)
     return records
 

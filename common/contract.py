@@ -57,6 +57,9 @@ class ModelOps(ABC):
     """One model of common/models written in one framework's ops (frameworks/<fw>/models.py)."""
     # BatchNorm's running variance: the unbiased batch variance (PyTorch) or the biased one
     unbiased_running_var: bool = True
+    # BatchNorm's running statistics updated in the backward pass (MXNet 1.x), which a
+    # pipeline runs over the micro-batches in reverse
+    running_stats_in_backward: bool = False
     # keep 4-D weights in channels-last memory where the framework offers it
     channels_last: bool = False
 
@@ -354,8 +357,9 @@ class Backend(ABC):
         self.sgd(replica, scale)
 
     # stages in processes of their own (model mode where the framework has one CPU device)
-    def send(self, x: Any, dst: int) -> None:
-        """Send x to rank dst (point to point, in the group joined by join)."""
+    def send(self, x: Any, dst: int) -> Any:
+        """Start sending x to rank dst (point to point, in the group joined by join);
+        returns a handle whose wait() returns once x has gone (x is kept till then)."""
         raise NotApplicable(f"{self.name} runs its pipeline stages in one process")
 
     def recv(self, shape: tuple, src: int, device: str) -> Any:

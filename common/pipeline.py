@@ -90,17 +90,28 @@ class InProcess:
         return self.box.pop((dst, key))
 
 
+    def wait(self) -> None:
+        pass
+
+
 class Processes:
-    """Hand-over between stages in processes of their own: the backend's send/recv."""
+    """Hand-over between stages in processes of their own: the backend's send/recv.
+    Sends do not block the stage (it goes on with the next micro-batch); wait() at the
+    end of the step waits until every one has gone."""
 
     def __init__(self, backend: Backend, devices: dict[int, str]):
-        self.b, self.devices = backend, devices
+        self.b, self.devices, self.pending = backend, devices, []
 
     def send(self, x, src: int, dst: int, key) -> None:
-        self.b.send(x, dst)
+        self.pending.append((self.b.send(x, dst), x))
 
     def recv(self, dst: int, src: int, key, shape) -> object:
         return self.b.recv(shape, src, self.devices[dst])
+
+    def wait(self) -> None:
+        for handle, _ in self.pending:
+            handle.wait()
+        self.pending = []
 
 
 class PipelineTrainer(Trainer):
@@ -171,6 +182,7 @@ class PipelineTrainer(Trainer):
             t = self._clock()
             b.stage_sgd(self.replicas[s], self.lr / len(X))
             busy[s] += self._clock() - t
+        self.link.wait()
         self.timings.append([self._clock() - start, hand, *busy.values()])
         return sum(losses[1:], losses[0]) / len(X) if losses else None     # all on the last stage's device
 
@@ -195,6 +207,7 @@ class PipelineTrainer(Trainer):
                     self.link.send(out, s, s + 1, ("eval", c))
                 else:
                     ids[i:i + len(x)] = b.to_numpy(out).argmax(axis=1)
+        self.link.wait()
         return (b.gather_floats(ids)[last] if self.world > 1 else ids).astype(np.int64)
 
     def _whole(self) -> tuple[list, list]:

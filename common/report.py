@@ -72,7 +72,7 @@ def summarize(records: list[dict]) -> list[dict]:
     rows = []
     for r, t in zip(records, timings):
         sec = t["sec"]
-        one = base.get(key(r))
+        one = base.get(pipeline_base(r) if r["mode"] == "model" else key(r)) or base.get(key(r))
         speedup = one / sec if (sec and one) else None
         note = (r.get("error") or "").splitlines()[0][:160] if r.get("error") else ""
         planned, done = r.get("repeat_planned") or 1, len(t["runs"])
@@ -92,8 +92,74 @@ def summarize(records: list[dict]) -> list[dict]:
             "device kind": r.get("device_kind"),
             "peak MB": r.get("peak_memory_mb"),
             "note": note,
+            **(pipeline_figures(r, t) if r["mode"] == "model" else {}),
         })
     return rows
+
+
+# --- model mode (the pipeline): its own table under the main one ---
+
+PIPELINE_COLUMNS = ("framework", "model", "stages", "M", "processes", "step s", "stage s",
+                    "hand-over s", "MB/step", "bubble", "GPipe bubble", "vs native x1")
+
+
+def pipeline_base(r: dict) -> tuple:
+    """A model-mode row is timed against the same framework's native 1-device run."""
+    return r["framework"], r.get("model", "lenet"), "native", bool(r.get("sync_bn"))
+
+
+def pipeline_figures(r: dict, t: dict) -> dict:
+    steps = (r.get("steps_per_epoch") or [None])[0]
+    stage = r.get("stage_sec") or []
+    return {"stages": r["devices"], "M": r.get("micro_batches"), "processes": r.get("processes"),
+            "step s": t["sec"] / steps if (t["sec"] and steps) else None,
+            "stage s": " / ".join(f"{x:.3f}" for x in stage) if stage else None,
+            "hand-over s": r.get("handover_sec"),
+            "MB/step": (sum(r["bytes_between_stages"]) / 1e6
+                        if r.get("bytes_between_stages") is not None else None),
+            "bubble": r.get("bubble"), "GPipe bubble": r.get("bubble_gpipe")}
+
+
+def pipeline_table(rows: list[dict], markdown: bool = False) -> Table | None:
+    """Model-mode rows: stages, micro-batches, where the step's time goes."""
+    rows = [row for row in rows if "stages" in row]
+    if not rows:
+        return None
+    t = (Table(box=box.MARKDOWN) if markdown else
+         Table(title="model mode (pipeline)", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
+               pad_edge=False, show_edge=False))
+    columns = PIPELINE_COLUMNS if markdown else tuple(c for c in PIPELINE_COLUMNS if c != "model")
+    for c in columns:
+        t.add_column(c, justify="left" if c == "framework" else "right")
+    fmt = {"step s": "{:.3f}", "hand-over s": "{:.4f}", "MB/step": "{:.2f}", "bubble": "{:.2f}",
+           "GPipe bubble": "{:.2f}", "vs native x1": "{:.2f}"}
+    for row in rows:
+        row = {**row, "vs native x1": row["speed-up"]}
+        t.add_row(*(Text("-" if row[c] is None else fmt.get(c, "{}").format(row[c])) for c in columns))
+    return t
+
+
+def pipeline_definitions(rows: list[dict]) -> list[str]:
+    if not any("stages" in row for row in rows):
+        return []
+    lines = ["Model mode: the model's layers cut into stages (stage i on device i), each batch "
+             "cut into M micro-batches that flow through the stages GPipe-style (gradients summed, "
+             "one SGD step per batch). step s: sec/epoch over the steps. stage s: each stage's busy "
+             "seconds per step (its forwards, backwards and SGD, the device synchronised around "
+             "each; median over the steps). hand-over s: seconds per step spent handing "
+             "activations and gradients to the next device (in one process: the copy; with a "
+             "process per stage: starting the sends). MB/step: activations forward and their "
+             "gradients back across the stage boundaries per step. bubble: the measured idle "
+             "share, 1 - sum(stage s) / (stages x step s); GPipe bubble: (k-1)/(M+k-1), what "
+             "equal stages running at once would leave idle. vs native x1: the same framework's "
+             "native 1-device sec/epoch over this row's (speed-up)."]
+    if any(row["device kind"] != "gpu" for row in rows if "stages" in row):
+        lines.append("No GPU here: the stages share the same CPU cores (virtual devices, or a "
+                     "process per stage), so the ideal speed-up is 1, as for data parallelism. In "
+                     "one process the stages run one after another (bubble near (k-1)/k whatever "
+                     "M); with a process per stage (PyTorch, Paddle) they run at once on the "
+                     "shared cores.")
+    return lines
 
 
 def _fmt(key, value):
@@ -165,7 +231,18 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
         + (f", test accuracy on the first {cfg['eval_samples']} test images" if cfg.get("eval_samples")
            else "") + ".", "",
         buf.getvalue().strip(), "",
-        *[f"- {line}" for line in definitions(rows, records)], ""])
+        *[f"- {line}" for line in definitions(rows, records)], "",
+        *_pipeline_section(rows)])
+
+
+def _pipeline_section(rows: list[dict]) -> list[str]:
+    t = pipeline_table(rows, markdown=True)
+    if t is None:
+        return []
+    buf = io.StringIO()
+    Console(file=buf, width=400, color_system=None).print(t)
+    return ["## Model mode (pipeline)", "", buf.getvalue().strip(), "",
+            *[f"- {line}" for line in pipeline_definitions(rows)], ""]
 
 
 def definitions(rows: list[dict], records: list[dict]) -> list[str]:

@@ -289,6 +289,78 @@ def native_trainer_matches_oracle(b, name):
     assert trainer.predict(batches[0][0]).shape == (len(batches[0][0]),)
 
 
+# Micro-batch counts of the model-mode checks (2 stages): for LeNet any M is the
+# full-batch step; ResNet-18's BatchNorm normalises each micro-batch by itself.
+MODEL_MICRO_BATCHES = {"lenet": (1, 4), "resnet18": (1, 2)}
+# A 2-stage step against the 1-device step (the native trainer on one device), where
+# they must be equal: the same sums of float32 products, cut at other places (the
+# micro-batches' gradients summed, or another kernel: Keras fit, a tf.function).
+# Measured, relative to the largest value: step losses 0 to 1e-7, LeNet's parameters
+# after two steps 0 to 9e-6 (Paddle, M = 4); ResNet-18's parameters hold to the
+# oracle checks' floor (rounding that BatchNorm magnifies, see TOLERANCES).
+ONE_DEVICE = {"loss": 1e-6, "lenet_params": 5e-5}
+
+
+def _pipeline(b, name, params, M, k=2):
+    from common.pipeline import PipelineTrainer
+    return PipelineTrainer(b, name, params, models.get(name).init_state(), b.devices(k), CHECK_LR, M)
+
+
+@check(needs="model")
+def model_mode_matches_oracle(b, name):
+    """2 stages on 2 devices, M micro-batches: the step losses, the parameters and the
+    running statistics equal the oracle run micro-batch by micro-batch (gradients
+    summed, BatchNorm over each micro-batch, the running statistics updated by every
+    micro-batch in turn); for ResNet-18 with M > 1 that differs from the oracle on the
+    full batch, and the check shows by how much."""
+    model, tol = models.get(name), TOLERANCES[name]
+    params = _nontrivial_params(model)
+    batches = [_batch(ORACLE_BATCH[name], seed=s) for s in range(CHECK_STEPS[name])]
+    for M in MODEL_MICRO_BATCHES[name]:
+        trainer = _pipeline(b, name, params, M)
+        assert [s.index for s in trainer.stages] == [0, 1], "two stages expected"
+        want_state = [s.astype(np.float64) for s in model.init_state()]
+        want_losses, want_params = models.sgd_steps(
+            model, params, batches, CHECK_LR, state=want_state, shards=M,
+            unbiased_running_var=_unbiased(b, name),
+            state_order="backward" if b.model_ops(name).running_stats_in_backward else "forward")
+        got = trainer.losses([trainer.step(X, y) for X, y in batches])
+        _close(f"M={M}: step losses vs the oracle per micro-batch", got, want_losses, tol["step_loss"])
+        floor = _update_floor(tol, params, want_params)
+        for pname, p, w in zip(model.PARAM_NAMES, trainer.replica_params()[0], want_params):
+            _close(f"M={M}: {pname} after {len(batches)} steps vs the oracle", p, w, tol["params"], floor)
+        for sname, st, w in zip(model.STATE_NAMES, trainer.replica_state()[0], want_state):
+            _close(f"M={M}: {sname} after {len(batches)} steps vs the oracle", st, w, tol["state"])
+        if model.STATE_NAMES and M > 1:
+            full, _ = models.sgd_steps(model, params, batches[:1], CHECK_LR)
+            gap = abs(float(got[0]) - float(full[0]))
+            assert gap > 100 * tol["step_loss"] * abs(float(full[0])), (
+                f"M={M}: BatchNorm per micro-batch should differ from the full batch's; "
+                f"the first loss differs by only {gap:.1e}")
+        assert trainer.predict(batches[0][0]).shape == (len(batches[0][0]),)
+
+
+@check(needs="model")
+def model_mode_equals_one_device(b, name):
+    """A 2-stage step equals the 1-device step (the native trainer on one device) where
+    it must: LeNet for every M, ResNet-18 with M = 1."""
+    model, tol = models.get(name), TOLERANCES[name]
+    params = _nontrivial_params(model)
+    batches = [_batch(ORACLE_BATCH[name], seed=s) for s in range(CHECK_STEPS[name])]
+    for M in MODEL_MICRO_BATCHES[name] if not model.STATE_NAMES else (1,):
+        one, two = b.native_trainer(name, params, b.devices(1), CHECK_LR), _pipeline(b, name, params, M)
+        for step, (X, y) in enumerate(batches):
+            l1, l2 = one.losses([one.step(X, y)]), two.losses([two.step(X, y)])
+            _close(f"M={M}: step {step} loss, 2 stages vs 1 device", l2, l1, ONE_DEVICE["loss"])
+        want = one.replica_params()[0]
+        rtol, floor = ((ONE_DEVICE["lenet_params"], 1e-12) if not model.STATE_NAMES else
+                       (tol["params"], _update_floor(tol, params, want)))
+        for pname, p, w in zip(model.PARAM_NAMES, two.replica_params()[0], want):
+            _close(f"M={M}: {pname}, 2 stages vs 1 device", p, w, rtol, floor)
+        for sname, st, w in zip(model.STATE_NAMES, two.replica_state()[0], one.replica_state()[0]):
+            _close(f"M={M}: {sname}, 2 stages vs 1 device", st, w, tol["state"])
+
+
 def _gap_probes(b):
     """capability -> calls that must each raise NotApplicable while it is a known gap;
     once it is gone, the first (a valid call) must not."""
@@ -299,6 +371,7 @@ def _gap_probes(b):
         "scratch": [lambda: b.get_params(params, devices[0]), lambda: b.allreduce([]),
                     lambda: b.train_batch(None, None, [], devices, 0.2)],
         "dataparallel": [lambda: b.dataparallel_trainer("lenet", params, devices, 0.2)],
+        "model": [lambda: _pipeline(b, "lenet", params, 2).step(*_batch(4))],
         "sync-bn": [lambda: b.native_trainer(
             m, models.get(m).init_params(0), b.devices(1 if b.facts.native_processes else 2),
             0.2, sync_bn=True) for m in with_state],

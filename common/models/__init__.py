@@ -40,21 +40,26 @@ def get(name: str) -> ModuleType:
 
 
 def sgd_steps(model: ModuleType, params, batches, lr: float, state=None, shards: int = 1,
-              unbiased_running_var: bool = True):
+              unbiased_running_var: bool = True, state_order: str | None = None):
     """The reference training: SGD on the summed loss divided by the batch size, in
     float64. With shards > 1 each batch is cut as the frameworks cut it and every shard
     goes through the model on its own (BatchNorm normalises with that shard's
-    statistics, as each replica of unsynchronised data parallelism does) and the
-    shards' gradients are summed; `state` then follows the first shard, as the first
-    replica's does. Returns the mean loss of every step and the final parameters."""
+    statistics, as each replica of unsynchronised data parallelism does, and each
+    micro-batch of a pipeline) and the shards' gradients are summed; `state` then
+    follows the first shard, as the first replica's does; with state_order "forward"
+    every shard in turn, as a pipeline's stages do, or "backward" in reverse (a
+    framework that updates the running statistics in the backward pass, which meets the
+    micro-batches in reverse). Returns the mean loss of every step and the final
+    parameters."""
     from ..data import shard_bounds
     params = [np.asarray(p, np.float64).copy() for p in params]
     losses = []
     for X, y in batches:
         total, grads = 0.0, None
-        for i, (lo, hi) in enumerate(shard_bounds(len(y), shards)):
+        cuts = list(enumerate(shard_bounds(len(y), shards)))
+        for i, (lo, hi) in cuts[::-1] if state_order == "backward" else cuts:
             loss, _, g = model.loss_and_grads(params, X[lo:hi], y[lo:hi],
-                                              state=state if i == 0 else None,
+                                              state=state if (i == 0 or state_order) else None,
                                               unbiased_running_var=unbiased_running_var)
             total += loss
             grads = g if grads is None else [a + b for a, b in zip(grads, g)]

@@ -29,6 +29,7 @@ class ResNet18(ModelOps):
     # MXNet 1.x updates the running statistics in the backward pass, with the biased
     # variance; momentum is the weight of the old value (0.9 = PyTorch's 0.1)
     unbiased_running_var = False
+    running_stats_in_backward = True   # measured: a pipeline's M micro-batches update them last to first
 
     def apply(self, params, state, X, training):
         return self.apply_units(params, state, X, (0, len(R.UNITS)), training)

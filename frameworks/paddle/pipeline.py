@@ -31,7 +31,7 @@ class Pipeline:
         return None if X.stop_gradient else X.grad
 
     def send(self, x, dst):
-        dist.send(x, dst)
+        return dist.isend(x, dst)       # non-blocking: the stage goes on
 
     def recv(self, shape, src, device):
         x = paddle.to_tensor(np.empty(shape, np.float32), place=place(device))

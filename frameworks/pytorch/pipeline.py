@@ -30,7 +30,7 @@ class Pipeline:
         return X.grad if X.requires_grad else None
 
     def send(self, x, dst):
-        dist.send(x.contiguous(), dst)
+        return dist.isend(x.contiguous(), dst)       # non-blocking: the stage goes on
 
     def recv(self, shape, src, device):
         x = torch.empty(shape, dtype=torch.float32, device=torch_device(device))
