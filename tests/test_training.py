@@ -166,3 +166,53 @@ def test_dataparallel_mode_is_pytorch_on_gpus(worker_record, framework):
         _ok(record)
     else:
         assert record["status"] == "not-applicable" and record["error"].startswith(NeedsGPU.PREFIX)
+
+
+# Model mode through the worker: 2 stages (a process per stage for PyTorch and Paddle on
+# a CPU), few steps. LeNet with M = 4 is the 1-device step whatever M: against the same
+# framework's native 1-device run; ResNet-18 with M = 2 normalises each micro-batch by
+# itself: against the oracle run micro-batch by micro-batch.
+MODEL_RUNS = {"lenet": {"micro_batches": 4, "steps": 5}, "resnet18": {"micro_batches": 2, "steps": 2}}
+
+
+def _model_record(worker_record, framework, model):
+    return worker_record(framework, "model", 2, model, **MODEL_RUNS[model])
+
+
+@pytest.mark.parametrize("model", models.NAMES)
+@pytest.mark.parametrize("framework", covered())
+def test_model_mode_two_stages(worker_record, framework, model):
+    from common.pipeline import gpipe_bubble
+    from common.results import RECORD_KEYS
+    record = _model_record(worker_record, framework, model)
+    gap = registry.KNOWN_GAPS.get((framework, "model"))
+    if gap:
+        assert record["status"] == "not-applicable" and record["error"] == gap, record["error"]
+        return
+    _ok(record)
+    M, steps = MODEL_RUNS[model]["micro_batches"], MODEL_RUNS[model]["steps"]
+    assert set(RECORD_KEYS) - {"traceback"} <= set(record) <= set(RECORD_KEYS)
+    assert len(record["device_names"]) == 2 and record["processes"] in (1, 2)
+    assert record["micro_batches"] == M and len(record["stages"]) == 2
+    assert len(record["stage_sec"]) == 2 and all(s > 0 for s in record["stage_sec"])
+    assert 0 <= record["bubble"] < 1 and record["bubble_gpipe"] == gpipe_bubble(2, M)
+    assert len(record["bytes_between_stages"]) == 1 and record["bytes_between_stages"][0] > 0
+    assert len(record["step_losses"]) == steps
+    if model == "lenet":
+        one = _ok(worker_record(framework, "native", 1, model))
+        _agree(record["step_losses"], one["step_losses"][:steps], model, "(2 stages vs native x1)")
+    else:
+        _agree(record["step_losses"], _oracle(model, shards=M), model,
+               f"(2 stages, {M} micro-batches, vs the oracle per micro-batch)")
+
+
+@pytest.mark.parametrize("model", models.NAMES)
+def test_model_mode_step_losses_agree_across_frameworks(worker_record, model):
+    runs = {f: _ok(_model_record(worker_record, f, model)) for f in covered()
+            if (f, "model") not in registry.KNOWN_GAPS}
+    if len(runs) < 2:
+        pytest.skip("only one run: nothing to compare it with")
+    names = list(runs)
+    for a in names:
+        for b in names[names.index(a) + 1:]:
+            _agree(runs[a]["step_losses"], runs[b]["step_losses"], model, f"(model mode: {a} vs {b})")

@@ -1,0 +1,183 @@
+"""Model mode's benchmark: `python -m benchmarks.pipeline [--framework all] [--out DIR]`.
+
+For LeNet and ResNet-18: each framework's native 1-device step against its model
+mode on 2 stages with M = 1, 4, 8 micro-batches, each run a worker process of its own
+(benchmarks.worker, as compare runs it), 2 epochs of a few steps on synthetic data,
+the second epoch timed (the first pays the kernels' warm-up of every micro-batch
+shape). Also the per-unit cost of ResNet-18 measured by the pipeline itself (one
+stage per unit, busy seconds per stage) against the multiply-adds the cuts are
+balanced on. Writes the records and report.md to --out (default
+results/pipeline-<time>). A benchmark, not a test: nothing is asserted."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import models, registry
+from common.results import RunConfig, env_info
+
+from .worker import QUIET_ENV, thread_env
+
+ROOT = Path(__file__).resolve().parent.parent
+MICRO_BATCHES = (1, 4, 8)
+# per model: batch, steps per epoch (2 epochs, the second timed)
+SHAPE = {"lenet": (256, 20), "resnet18": (64, 4)}
+
+
+def _env(threads: int) -> dict:
+    env = {**os.environ, **QUIET_ENV, **thread_env(threads)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def run_config(cfg: RunConfig, out: Path, timeout: int) -> dict:
+    name = f"{cfg.model}-{cfg.framework}-{cfg.mode}-{cfg.devices}dev-m{cfg.micro_batches}.json"
+    path = out / name
+    try:
+        subprocess.run([sys.executable, "-m", "benchmarks.worker", json.dumps(cfg.to_dict()), str(path)],
+                       cwd=ROOT, env=_env(cfg.threads), timeout=timeout, capture_output=True)
+        return json.loads(path.read_text())
+    except (subprocess.TimeoutExpired, OSError, ValueError) as e:
+        return {**cfg.to_dict(), "status": "failed", "error": f"{type(e).__name__}: {e}"}
+
+
+def step_sec(record: dict) -> float | None:
+    """The timed (last) epoch's seconds per step."""
+    if record.get("status") != "ok" or not record.get("sec_per_epoch"):
+        return None
+    return record["sec_per_epoch"][-1] / record["steps_per_epoch"][-1]
+
+
+def measure_units(framework: str, model: str, batch: int, steps: int, threads: int) -> list[float]:
+    """Busy seconds per step of each unit of `model`, one pipeline stage per unit on one
+    device (in this process: run it in a fresh one)."""
+    import numpy as np
+    from common.pipeline import PipelineTrainer
+    m = models.get(model)
+    b = registry.get(framework)
+    b.setup(cpu_devices=len(m.UNITS), threads=threads)
+    devices = [b.devices(1)[0]] * len(m.UNITS)
+    trainer = PipelineTrainer(b, model, m.init_params(0), m.init_state(), devices, 0.1, 1)
+    rng = np.random.default_rng(0)
+    X = rng.random((batch, *m.IMAGE_SHAPE), dtype=np.float32)
+    y = rng.integers(0, 10, batch).astype(np.int64)
+    for _ in range(2):
+        trainer.losses([trainer.step(X, y)])
+    trainer.load_params(m.init_params(0), m.init_state())
+    for _ in range(steps):
+        trainer.losses([trainer.step(X, y)])
+    return trainer.figures()["stage_sec"]
+
+
+def _cut(model: str, costs, k: int = 2) -> list[str]:
+    from types import SimpleNamespace
+    m = models.get(model)
+    fake = SimpleNamespace(NAME=model, UNITS=m.UNITS, UNIT_COST=tuple(costs))
+    return [f"{m.UNITS[lo][0]}..{m.UNITS[hi - 1][0]}" for lo, hi in models.stage_cuts(fake, k)]
+
+
+def report(records: list[dict], units: dict, env: dict, load: tuple, command: str,
+           wall: float) -> str:
+    lines = [f"# Model mode (pipeline) against the native 1-device step", "",
+             f"Command: `{command}` ({wall / 60:.1f} min)", "",
+             f"Machine: {env['cpu_model']} ({env['cpu_count']} CPUs, `lscpu`), GPU: "
+             f"{env.get('gpu_model') or 'none'}; load average {load[0]} before, {load[1]} after "
+             "(a machine shared with other work: figures move by 10-40 % from run to run)",
+             "Libraries: " + ", ".join(f"{k} {v}" for k, v in env["libraries"].items()), ""]
+    for model in dict.fromkeys(r["model"] for r in records):
+        batch, steps = SHAPE[model]
+        rows = [r for r in records if r["model"] == model]
+        lines += [f"## {model}: batch {batch}, 2 stages, {steps} steps per epoch, the second "
+                  "epoch timed", "",
+                  "| framework | native x1 s/step | M | model s/step | vs native | stage 0 s | "
+                  "stage 1 s | hand-over s | MB/step | bubble | GPipe bubble | processes |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for fw in dict.fromkeys(r["framework"] for r in rows):
+            native = next((r for r in rows if r["framework"] == fw and r["mode"] == "native"), {})
+            base = step_sec(native)
+            for r in (r for r in rows if r["framework"] == fw and r["mode"] == "model"):
+                sec = step_sec(r)
+                if sec is None:
+                    lines.append(f"| {fw} | {_f(base)} | {r['micro_batches']} | {r['status']}: "
+                                 f"{(r.get('error') or '')[:80]} | | | | | | | | |")
+                    continue
+                st = r["stage_sec"]
+                lines.append(
+                    f"| {fw} | {_f(base)} | {r['micro_batches']} | {_f(sec)} | "
+                    f"{_f(base / sec if base else None, 2)} | {_f(st[0])} | {_f(st[1])} | "
+                    f"{_f(r['handover_sec'], 4)} | {sum(r['bytes_between_stages']) / 1e6:.2f} | "
+                    f"{r['bubble']:.2f} | {r['bubble_gpipe']:.2f} | {r['processes']} |")
+        lines.append("")
+    if units:
+        m = models.get("resnet18")
+        macs = m.UNIT_COST
+        lines += ["## ResNet-18's units: multiply-adds and measured time", "",
+                  f"One pipeline stage per unit on one device ({units['framework']}, batch "
+                  f"{units['batch']}, busy seconds per step: forward, backward and SGD).", "",
+                  "| unit | M multiply-adds / image | share | measured s/step | share |",
+                  "|---|---|---|---|---|"]
+        total_m, total_t = sum(macs), sum(units["sec"])
+        for u, c, t in zip(m.UNITS, macs, units["sec"]):
+            lines.append(f"| {u[0]} | {c / 1e6:.1f} | {c / total_m:.1%} | {t:.4f} | {t / total_t:.1%} |")
+        lines += ["", f"2 stages balanced on multiply-adds: {' | '.join(_cut('resnet18', macs))}; "
+                      f"on the measured times: {' | '.join(_cut('resnet18', units['sec']))}.", ""]
+    return "\n".join(lines)
+
+
+def _f(x, digits=3):
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.pipeline", description=__doc__.split("\n\n")[0])
+    p.add_argument("--framework", default="all")
+    p.add_argument("--model", default="lenet,resnet18")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--timeout", type=int, default=1800)
+    p.add_argument("--out", default=None)
+    p.add_argument("--measure-units", default=None, metavar="FRAMEWORK",
+                   help="only print ResNet-18's per-unit busy seconds in FRAMEWORK (JSON)")
+    args = p.parse_args(argv)
+    if args.measure_units:
+        print(json.dumps(measure_units(args.measure_units, "resnet18", 32, 3, args.threads)))
+        return 0
+    frameworks = [f for f in (registry.NAMES if args.framework == "all" else args.framework.split(","))
+                  if registry.is_installed(f)]
+    out = Path(args.out or ROOT / "results" / time.strftime("pipeline-%Y%m%d-%H%M%S"))
+    out.mkdir(parents=True, exist_ok=True)
+    start, load0 = time.time(), os.getloadavg()[0]
+    records = []
+    for model in args.model.split(","):
+        batch, steps = SHAPE[model]
+        for fw in frameworks:
+            common = dict(framework=fw, model=model, dataset="synthetic", epochs=2, batch_size=batch,
+                          lr=0.1, steps_per_epoch=steps, eval_samples=64, threads=args.threads)
+            for cfg in [RunConfig(mode="native", devices=1, **common)] + [
+                    RunConfig(mode="model", devices=2, micro_batches=m, **common) for m in MICRO_BATCHES]:
+                records.append(run_config(cfg, out, args.timeout))
+                r = records[-1]
+                print(f"{model} {fw} {cfg.mode} M={cfg.micro_batches}: {r['status']} "
+                      f"{_f(step_sec(r))} s/step", flush=True)
+    units = {}
+    if "resnet18" in args.model and "pytorch" in frameworks:
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.pipeline", "--measure-units", "pytorch",
+                               "--threads", str(args.threads)], cwd=ROOT, env=_env(args.threads),
+                              capture_output=True, text=True, timeout=args.timeout)
+        if proc.returncode == 0:
+            units = {"framework": "pytorch", "batch": 32, "sec": json.loads(proc.stdout.splitlines()[-1])}
+    command = "python -m benchmarks.pipeline " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = report(records, units, env_info(), (f"{load0:.1f}", f"{os.getloadavg()[0]:.1f}"), command,
+                  time.time() - start)
+    (out / "report.md").write_text(text)
+    print(text)
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
