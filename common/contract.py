@@ -336,6 +336,12 @@ class Backend(ABC):
         """Overwrite a stage's parameters and state from the whole model's common lists."""
         self.write_params(replica.full, params, state)
 
+    def apply_stage(self, replica: Replica, X: Any, training: bool) -> Any:
+        """The stage's units on X (ModelOps.apply_units on the whole model's lists)."""
+        full = replica.full
+        return self.model_ops(replica.model).apply_units(list(full), full.state, X,
+                                                         replica.stage.units, training)
+
     def stage_forward(self, replica: Replica, X: Any, y: Any = None,
                       training: bool = True) -> tuple[Any, Any]:
         """The stage's units on its device (X there already). Training: returns (what is

@@ -290,8 +290,9 @@ def native_trainer_matches_oracle(b, name):
 
 
 # Micro-batch counts of the model-mode checks (2 stages): for LeNet any M is the
-# full-batch step; ResNet-18's BatchNorm normalises each micro-batch by itself.
-MODEL_MICRO_BATCHES = {"lenet": (1, 4), "resnet18": (1, 2)}
+# full-batch step (M = 1 is checked against 1 device); ResNet-18's BatchNorm
+# normalises each micro-batch by itself (M = 1: the full batch, against 1 device).
+MODEL_MICRO_BATCHES = {"lenet": (4,), "resnet18": (2,)}
 # A 2-stage step against the 1-device step (the native trainer on one device), where
 # they must be equal: the same sums of float32 products, cut at other places (the
 # micro-batches' gradients summed, or another kernel: Keras fit, a tf.function).
@@ -332,9 +333,10 @@ def model_mode_matches_oracle(b, name):
         for sname, st, w in zip(model.STATE_NAMES, trainer.replica_state()[0], want_state):
             _close(f"M={M}: {sname} after {len(batches)} steps vs the oracle", st, w, tol["state"])
         if model.STATE_NAMES and M > 1:
-            full, _ = models.sgd_steps(model, params, batches[:1], CHECK_LR)
-            gap = abs(float(got[0]) - float(full[0]))
-            assert gap > 100 * tol["step_loss"] * abs(float(full[0])), (
+            X, y = batches[0]
+            full = model.cross_entropy(model.forward(params, X, training=True), y).mean()
+            gap = abs(float(got[0]) - full)
+            assert gap > 100 * tol["step_loss"] * abs(full), (
                 f"M={M}: BatchNorm per micro-batch should differ from the full batch's; "
                 f"the first loss differs by only {gap:.1e}")
         assert trainer.predict(batches[0][0]).shape == (len(batches[0][0]),)
@@ -347,17 +349,18 @@ def model_mode_equals_one_device(b, name):
     model, tol = models.get(name), TOLERANCES[name]
     params = _nontrivial_params(model)
     batches = [_batch(ORACLE_BATCH[name], seed=s) for s in range(CHECK_STEPS[name])]
-    for M in MODEL_MICRO_BATCHES[name] if not model.STATE_NAMES else (1,):
-        one, two = b.native_trainer(name, params, b.devices(1), CHECK_LR), _pipeline(b, name, params, M)
-        for step, (X, y) in enumerate(batches):
-            l1, l2 = one.losses([one.step(X, y)]), two.losses([two.step(X, y)])
-            _close(f"M={M}: step {step} loss, 2 stages vs 1 device", l2, l1, ONE_DEVICE["loss"])
-        want = one.replica_params()[0]
+    one = b.native_trainer(name, params, b.devices(1), CHECK_LR)
+    ones = one.losses([one.step(X, y) for X, y in batches])
+    want, want_state = one.replica_params()[0], one.replica_state()[0]
+    for M in (1, *MODEL_MICRO_BATCHES[name]) if not model.STATE_NAMES else (1,):
+        two = _pipeline(b, name, params, M)
+        twos = two.losses([two.step(X, y) for X, y in batches])
+        _close(f"M={M}: step losses, 2 stages vs 1 device", twos, ones, ONE_DEVICE["loss"])
         rtol, floor = ((ONE_DEVICE["lenet_params"], 1e-12) if not model.STATE_NAMES else
                        (tol["params"], _update_floor(tol, params, want)))
         for pname, p, w in zip(model.PARAM_NAMES, two.replica_params()[0], want):
             _close(f"M={M}: {pname}, 2 stages vs 1 device", p, w, rtol, floor)
-        for sname, st, w in zip(model.STATE_NAMES, two.replica_state()[0], one.replica_state()[0]):
+        for sname, st, w in zip(model.STATE_NAMES, two.replica_state()[0], want_state):
             _close(f"M={M}: {sname}, 2 stages vs 1 device", st, w, tol["state"])
 
 

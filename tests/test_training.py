@@ -103,14 +103,18 @@ def test_step_losses_match_numpy_oracle(worker_record, framework, model):
 
 @pytest.mark.parametrize("model", models.NAMES)
 def test_step_losses_agree_across_frameworks_and_modes(worker_record, model):
-    runs = {f"{f} {m}": _ok(worker_record(f, m, 1, model)) for f in covered() for m in
-            ("scratch", "native") if (f, m) not in registry.KNOWN_GAPS}
+    _all_agree({f"{f} {m}": _ok(worker_record(f, m, 1, model)) for f in covered() for m in
+                ("scratch", "native") if (f, m) not in registry.KNOWN_GAPS}, model)
+
+
+def _all_agree(runs: dict, model: str, what: str = "") -> None:
+    """Every pair of the named runs' step losses within their bounds."""
     if len(runs) < 2:
         pytest.skip("only one run: nothing to compare it with")
     names = list(runs)
     for a in names:
         for b in names[names.index(a) + 1:]:
-            _agree(runs[a]["step_losses"], runs[b]["step_losses"], model, f"({a} vs {b})")
+            _agree(runs[a]["step_losses"], runs[b]["step_losses"], model, f"({what}{a} vs {b})")
 
 
 SYNC_BN_MODELS = [m for m in models.NAMES if models.get(m).STATE_NAMES]
@@ -208,11 +212,5 @@ def test_model_mode_two_stages(worker_record, framework, model):
 
 @pytest.mark.parametrize("model", models.NAMES)
 def test_model_mode_step_losses_agree_across_frameworks(worker_record, model):
-    runs = {f: _ok(_model_record(worker_record, f, model)) for f in covered()
-            if (f, "model") not in registry.KNOWN_GAPS}
-    if len(runs) < 2:
-        pytest.skip("only one run: nothing to compare it with")
-    names = list(runs)
-    for a in names:
-        for b in names[names.index(a) + 1:]:
-            _agree(runs[a]["step_losses"], runs[b]["step_losses"], model, f"(model mode: {a} vs {b})")
+    _all_agree({f: _ok(_model_record(worker_record, f, model)) for f in covered()
+                if (f, "model") not in registry.KNOWN_GAPS}, model, "model mode: ")

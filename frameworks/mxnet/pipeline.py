@@ -16,14 +16,13 @@ class Pipeline:
         return replica
 
     def stage_forward(self, replica, X, y=None, training=True):
-        ops, units = self.model_ops(replica.model), replica.stage.units
-        full = replica.full
+        units = replica.stage.units
         if not training:
-            return ops.apply_units(list(full), full.state, X, units, False), None
+            return self.apply_stage(replica, X, False), None
         if units[0] > 0:
             X.attach_grad()
         with autograd.record():
-            out = ops.apply_units(list(full), full.state, X, units, True)
+            out = self.apply_stage(replica, X, True)
             if y is not None:
                 out = loss(out, y).sum()
         return out.detach(), (X, out)

@@ -13,13 +13,12 @@ from .models import loss_sum
 
 class Pipeline:
     def stage_forward(self, replica, X, y=None, training=True):
-        ops, units = self.model_ops(replica.model), replica.stage.units
-        full = replica.full
+        units = replica.stage.units
         if not training:
             with torch.no_grad():
-                return ops.apply_units(list(full), full.state, X, units, False), None
+                return self.apply_stage(replica, X, False), None
         X = X.detach().requires_grad_(units[0] > 0)
-        out = ops.apply_units(list(full), full.state, X, units, True)
+        out = self.apply_stage(replica, X, True)
         if y is not None:
             out = loss_sum(out, y)
         return out.detach(), (X, out)

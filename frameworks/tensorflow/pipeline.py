@@ -11,15 +11,14 @@ from .models import loss_sum
 
 class Pipeline:
     def stage_forward(self, replica, X, y=None, training=True):
-        ops, units = self.model_ops(replica.model), replica.stage.units
-        full = replica.full
+        units = replica.stage.units
         with tf.device(tf_device(replica.device)):
             if not training:
-                return ops.apply_units(list(full), full.state, X, units, False), None
+                return self.apply_stage(replica, X, False), None
             with tf.GradientTape() as tape:
                 if units[0] > 0:
                     tape.watch(X)
-                out = ops.apply_units(list(full), full.state, X, units, True)
+                out = self.apply_stage(replica, X, True)
                 if y is not None:
                     out = loss_sum(out, y)
         return out, (tape, X, out)
