@@ -1,10 +1,13 @@
 """Model mode's benchmark: `python -m benchmarks.pipeline [--framework all] [--out DIR]`.
 
 For LeNet and ResNet-18: each framework's native 1-device step against its model
-mode on 2 stages with M = 1, 4, 8 micro-batches, each run a worker process of its own
-(benchmarks.worker, as compare runs it), 2 epochs of a few steps on synthetic data,
-the second epoch timed (the first pays the kernels' warm-up of every micro-batch
-shape). Also the per-unit cost of ResNet-18 measured by the pipeline itself (one
+mode on 2 stages with M = 1, 4, 8 micro-batches, and against model mode on 1 stage
+(M = 1: the whole model on one device, the same arithmetic as the pipeline's: the
+summed loss backpropagated, SGD scaled after). Each run is a worker process of its
+own (benchmarks.worker, as compare runs it), 2 epochs of a few steps on synthetic
+data, the second epoch timed (the first pays the kernels' warm-up of every
+micro-batch shape); --rounds N runs everything N times, interleaved, and reports the
+median and range. Also the per-unit cost of ResNet-18 measured by the pipeline itself (one
 stage per unit, busy seconds per stage) against the multiply-adds the cuts are
 balanced on. Writes the records and report.md to --out (default
 results/pipeline-<time>). A benchmark, not a test: nothing is asserted."""
@@ -26,7 +29,7 @@ from .worker import QUIET_ENV, thread_env
 ROOT = Path(__file__).resolve().parent.parent
 MICRO_BATCHES = (1, 4, 8)
 # per model: batch, steps per epoch (2 epochs, the second timed)
-SHAPE = {"lenet": (256, 20), "resnet18": (64, 4)}
+SHAPE = {"lenet": (256, 20), "resnet18": (32, 3)}
 
 
 def _env(threads: int) -> dict:
@@ -35,9 +38,12 @@ def _env(threads: int) -> dict:
     return env
 
 
-def run_config(cfg: RunConfig, out: Path, timeout: int) -> dict:
-    name = f"{cfg.model}-{cfg.framework}-{cfg.mode}-{cfg.devices}dev-m{cfg.micro_batches}.json"
+def run_config(cfg: RunConfig, out: Path, timeout: int, rnd: int) -> dict:
+    """The record of one configuration: run in a worker, or the one --out already holds."""
+    name = f"{cfg.model}-{cfg.framework}-{cfg.mode}-{cfg.devices}dev-m{cfg.micro_batches}-r{rnd}.json"
     path = out / name
+    if path.exists() and json.loads(path.read_text()).get("status") == "ok":
+        return json.loads(path.read_text())
     try:
         subprocess.run([sys.executable, "-m", "benchmarks.worker", json.dumps(cfg.to_dict()), str(path)],
                        cwd=ROOT, env=_env(cfg.threads), timeout=timeout, capture_output=True)
@@ -51,6 +57,17 @@ def step_sec(record: dict) -> float | None:
     if record.get("status") != "ok" or not record.get("sec_per_epoch"):
         return None
     return record["sec_per_epoch"][-1] / record["steps_per_epoch"][-1]
+
+
+def median(records: list[dict], get) -> float | None:
+    import statistics
+    values = [v for v in (get(r) for r in records if r.get("status") == "ok") if v is not None]
+    return statistics.median(values) if values else None
+
+
+def spread(records: list[dict]) -> str:
+    secs = [s for s in map(step_sec, records) if s is not None]
+    return f"{min(secs):.3f}-{max(secs):.3f}" if len(secs) > 1 else "-"
 
 
 def measure_units(framework: str, model: str, batch: int, steps: int, threads: int) -> list[float]:
@@ -93,25 +110,34 @@ def report(records: list[dict], units: dict, env: dict, load: tuple, command: st
         batch, steps = SHAPE[model]
         rows = [r for r in records if r["model"] == model]
         lines += [f"## {model}: batch {batch}, 2 stages, {steps} steps per epoch, the second "
-                  "epoch timed", "",
-                  "| framework | native x1 s/step | M | model s/step | vs native | stage 0 s | "
-                  "stage 1 s | hand-over s | MB/step | bubble | GPipe bubble | processes |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "epoch timed; s/step: the median of the rounds (their range)", "",
+                  "| framework | native x1 s/step | 1 stage s/step | M | 2 stages s/step | vs native | "
+                  "vs 1 stage | stage 0 s | stage 1 s | hand-over s | MB/step | bubble | GPipe bubble | "
+                  "processes |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for fw in dict.fromkeys(r["framework"] for r in rows):
-            native = next((r for r in rows if r["framework"] == fw and r["mode"] == "native"), {})
-            base = step_sec(native)
-            for r in (r for r in rows if r["framework"] == fw and r["mode"] == "model"):
-                sec = step_sec(r)
+            def runs(mode, devices, M=1):
+                return [r for r in rows if r["framework"] == fw and r["mode"] == mode
+                        and r["devices"] == devices and r.get("micro_batches", 1) == M]
+            base, one = median(runs("native", 1), step_sec), median(runs("model", 1), step_sec)
+            for M in MICRO_BATCHES:
+                rs = runs("model", 2, M)
+                sec = median(rs, step_sec)
                 if sec is None:
-                    lines.append(f"| {fw} | {_f(base)} | {r['micro_batches']} | {r['status']}: "
-                                 f"{(r.get('error') or '')[:80]} | | | | | | | | |")
+                    bad = next((r for r in rs if r.get("status") != "ok"), {})
+                    lines.append(f"| {fw} | {_f(base)} | {_f(one)} | {M} | {bad.get('status')}: "
+                                 f"{(bad.get('error') or '')[:80]} | | | | | | | | | |")
                     continue
-                st = r["stage_sec"]
+                r = next(r for r in rs if r.get("status") == "ok")
                 lines.append(
-                    f"| {fw} | {_f(base)} | {r['micro_batches']} | {_f(sec)} | "
-                    f"{_f(base / sec if base else None, 2)} | {_f(st[0])} | {_f(st[1])} | "
-                    f"{_f(r['handover_sec'], 4)} | {sum(r['bytes_between_stages']) / 1e6:.2f} | "
-                    f"{r['bubble']:.2f} | {r['bubble_gpipe']:.2f} | {r['processes']} |")
+                    f"| {fw} | {_f(base)} | {_f(one)} | {M} | {_f(sec)} ({spread(rs)}) | "
+                    f"{_f(base / sec if base else None, 2)} | {_f(one / sec if one else None, 2)} | "
+                    f"{_f(median(rs, lambda r: r['stage_sec'][0]))} | "
+                    f"{_f(median(rs, lambda r: r['stage_sec'][1]))} | "
+                    f"{_f(median(rs, lambda r: r['handover_sec']), 4)} | "
+                    f"{sum(r['bytes_between_stages']) / 1e6:.2f} | "
+                    f"{_f(median(rs, lambda r: r['bubble']), 2)} | {r['bubble_gpipe']:.2f} | "
+                    f"{r['processes']} |")
         lines.append("")
     if units:
         m = models.get("resnet18")
@@ -140,11 +166,12 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--timeout", type=int, default=1800)
     p.add_argument("--out", default=None)
+    p.add_argument("--rounds", type=int, default=2, help="runs of every configuration, interleaved")
     p.add_argument("--measure-units", default=None, metavar="FRAMEWORK",
                    help="only print ResNet-18's per-unit busy seconds in FRAMEWORK (JSON)")
     args = p.parse_args(argv)
     if args.measure_units:
-        print(json.dumps(measure_units(args.measure_units, "resnet18", 32, 3, args.threads)))
+        print(json.dumps(measure_units(args.measure_units, "resnet18", 32, 5, args.threads)))
         return 0
     frameworks = [f for f in (registry.NAMES if args.framework == "all" else args.framework.split(","))
                   if registry.is_installed(f)]
@@ -152,17 +179,21 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     start, load0 = time.time(), os.getloadavg()[0]
     records = []
-    for model in args.model.split(","):
-        batch, steps = SHAPE[model]
-        for fw in frameworks:
-            common = dict(framework=fw, model=model, dataset="synthetic", epochs=2, batch_size=batch,
-                          lr=0.1, steps_per_epoch=steps, eval_samples=64, threads=args.threads)
-            for cfg in [RunConfig(mode="native", devices=1, **common)] + [
-                    RunConfig(mode="model", devices=2, micro_batches=m, **common) for m in MICRO_BATCHES]:
-                records.append(run_config(cfg, out, args.timeout))
-                r = records[-1]
-                print(f"{model} {fw} {cfg.mode} M={cfg.micro_batches}: {r['status']} "
-                      f"{_f(step_sec(r))} s/step", flush=True)
+    for rnd in range(1, args.rounds + 1):
+        for model in args.model.split(","):
+            batch, steps = SHAPE[model]
+            for fw in frameworks:
+                shared = dict(framework=fw, model=model, dataset="synthetic", epochs=2,
+                              batch_size=batch, lr=0.1, steps_per_epoch=steps, eval_samples=64,
+                              threads=args.threads)
+                for cfg in [RunConfig(mode="native", devices=1, **shared),
+                            RunConfig(mode="model", devices=1, **shared)] + [
+                        RunConfig(mode="model", devices=2, micro_batches=m, **shared)
+                        for m in MICRO_BATCHES]:
+                    records.append(run_config(cfg, out, args.timeout, rnd))
+                    r = records[-1]
+                    print(f"round {rnd} {model} {fw} {cfg.mode} x{cfg.devices} M={cfg.micro_batches}: "
+                          f"{r['status']} {_f(step_sec(r))} s/step", flush=True)
     units = {}
     if "resnet18" in args.model and "pytorch" in frameworks:
         proc = subprocess.run([sys.executable, "-m", "benchmarks.pipeline", "--measure-units", "pytorch",
