@@ -38,6 +38,22 @@ positive = integer(1, "at least 1")
 non_negative = integer(0, "0 or more")
 
 
+def names(text: str, valid, option: str) -> list[str]:
+    """A comma-separated list of names from `valid` (or "all": every one), repeats
+    dropped, order kept. One rule for every list option of every command: an empty
+    name (a doubled, leading or trailing comma) is an error, as is an unknown name."""
+    if text.strip() == "all":
+        return list(valid)
+    given = [n.strip() for n in text.split(",")]
+    if "" in given:
+        raise UsageError(f"--{option} {text!r} has an empty name; give all or names separated "
+                         f"by single commas, e.g. {','.join(list(valid)[:2])}")
+    for n in given:
+        if n not in valid:
+            raise UsageError(f"unknown {option} {n!r}; choose from: {', '.join(valid)} (or all)")
+    return list(dict.fromkeys(given))
+
+
 def positive_float(text):
     try:
         v = float(text)

@@ -17,24 +17,50 @@ class Framework:
     extra: str                    # pip extra of this project
     native: str                   # how its native data parallelism runs
     native_processes: bool        # native mode runs one process per device
+    # how the framework runs each execution it has (common.modes.EXECUTIONS), and which
+    # one a mode runs when none is asked for ("*": every mode not named)
+    executions: dict[str, str]
+    default_execution: dict[str, str]
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("pytorch", "frameworks.pytorch", ("torch",), ("torch",), "pytorch",
               "torch.nn.parallel.DistributedDataParallel, one process per device "
-              "(gloo on CPU, nccl on GPU)", True),
+              "(gloo on CPU, nccl on GPU)", True,
+              {"eager": "PyTorch eager: autograd op by op",
+               "compiled": "torch.compile (TorchDynamo + inductor: C++/OpenMP kernels on CPU, "
+                           "Triton on GPUs)"},
+              {"*": "eager"}),
     Framework("tensorflow", "frameworks.tensorflow", ("tensorflow",), ("tensorflow",), "tensorflow",
               "tf.distribute.MirroredStrategy, custom loop with strategy.run and "
-              "strategy.reduce in a tf.function", False),
+              "strategy.reduce in a tf.function", False,
+              {"eager": "TensorFlow eager: ops run as Python calls them",
+               "graph": "tf.function: traced once into a TensorFlow graph (grappler, no XLA)",
+               "compiled": "XLA: each device's forward and backward in a "
+                           "tf.function(jit_compile=True), the rest in a tf.function"},
+              {"*": "graph"}),
     Framework("mxnet", "frameworks.mxnet", ("mxnet",), ("mxnet",), "mxnet",
-              "gluon.Trainer over a context list, gradients reduced by a KVStore", False),
+              "gluon.Trainer over a context list, gradients reduced by a KVStore", False,
+              {"eager": "MXNet imperative NDArray ops under autograd.record (queued "
+                        "asynchronously to its engine)",
+               "compiled": "HybridBlock.hybridize(static_alloc, static_shape): a cached "
+                           "symbolic graph"},
+              {"*": "eager", "native": "compiled"}),
     Framework("paddle", "frameworks.paddle", ("paddle",), ("paddlepaddle", "paddlepaddle-gpu"),
               "paddle", "paddle.DataParallel, one process per device "
-              "(gloo on CPU, nccl on GPU)", True),
+              "(gloo on CPU, nccl on GPU)", True,
+              {"eager": "Paddle dynamic graph (dygraph): ops run as Python calls them",
+               "compiled": "paddle.jit.to_static: the forward as a static program, run by "
+                           "Paddle's executor"},
+              {"*": "eager"}),
     # Keras 3 runs here on its TensorFlow backend
     Framework("keras", "frameworks.keras", ("keras", "tensorflow"), ("keras", "tensorflow"), "keras",
               "model.fit under tf.distribute.MirroredStrategy "
-              "(keras.distribution.DataParallel needs the JAX backend)", False),
+              "(keras.distribution.DataParallel needs the JAX backend)", False,
+              {"eager": "Model.compile(run_eagerly=True): train_step op by op",
+               "graph": "Model.compile(jit_compile=False): train_step in a tf.function",
+               "compiled": "Model.compile(jit_compile=True): train_step compiled by XLA"},
+              {"*": "graph"}),
 )}
 NAMES = tuple(FRAMEWORKS)
 
@@ -92,4 +118,9 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {
        for name in ("tensorflow", "mxnet", "keras")},
     ("paddle", "dataparallel"): "Paddle has no single-process multi-device data parallelism: "
                                 "paddle.DataParallel (its native mode) runs a process per device",
+    # executions (common.modes.EXECUTIONS) a framework does not have
+    ("pytorch", "graph"): "PyTorch's graph capture is its compiler (--execution compiled: "
+                          "torch.compile); TorchScript, the older graph mode, is deprecated",
+    ("mxnet", "graph"): "MXNet's graph mode is hybridize(), run as --execution compiled",
+    ("paddle", "graph"): "Paddle's graph mode is paddle.jit.to_static, run as --execution compiled",
 }

@@ -104,17 +104,18 @@ RUN_SHAPE = {"lenet": {"batch_size": 256, "lr": 0.2, "steps_per_epoch": 20},
 
 @pytest.fixture(scope="session")
 def worker_record(tmp_path_factory):
-    """(framework, mode, devices, model, steps, sync_bn) -> the record of a real worker
-    run on synthetic data, run once and shared by the tests that need it."""
+    """(framework, mode, devices, model, steps, sync_bn, execution) -> the record of a
+    real worker run on synthetic data, run once and shared by the tests that need it."""
     cache = {}
 
-    def get(framework, mode, devices, model="lenet", steps=None, sync_bn=False):
-        key = (framework, mode, devices, model, steps, sync_bn)
+    def get(framework, mode, devices, model="lenet", steps=None, sync_bn=False, execution=None):
+        key = (framework, mode, devices, model, steps, sync_bn, execution)
         if key not in cache:
             if not registry.is_installed(framework):
                 pytest.fail(f"{framework} is required here but not installed")
             out = tmp_path_factory.mktemp("runs") / f"{framework}-{mode}-{devices}.json"
             cfg = {"framework": framework, "mode": mode, "devices": devices, "model": model,
+                   "execution": execution,
                    "dataset": "synthetic", "epochs": 1, "sync_bn": sync_bn, "threads": 2,
                    **RUN_SHAPE[model]}
             if steps is not None:

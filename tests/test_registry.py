@@ -32,9 +32,21 @@ def test_known_but_missing_names_the_pip_extra(monkeypatch):
 
 
 def test_every_known_gap_names_a_framework_and_capability():
-    from common.modes import MODES
+    from common.modes import EXECUTIONS, MODES
     for (framework, capability), reason in registry.KNOWN_GAPS.items():
-        assert framework in registry.NAMES and capability in (*MODES, "sync-bn") and reason
+        assert framework in registry.NAMES and capability in (*MODES, *EXECUTIONS, "sync-bn") and reason
+
+
+def test_every_framework_names_how_it_runs_each_execution_it_has():
+    """Each execution is either the framework's (with its mechanism named) or a listed
+    gap, never both; every mode's default execution is one it has."""
+    from common.modes import EXECUTIONS, MODES, execution
+    for name, f in registry.FRAMEWORKS.items():
+        for e in EXECUTIONS:
+            assert (e in f.executions) != ((name, e) in registry.KNOWN_GAPS), (name, e)
+        assert set(f.executions) <= set(EXECUTIONS)
+        for mode in MODES:
+            assert execution(name, mode, None) in f.executions, (name, mode)
 
 
 def test_the_facts_table_is_the_one_list_of_frameworks():

@@ -166,3 +166,18 @@ def test_dataparallel_mode_is_pytorch_on_gpus(worker_record, framework):
         _ok(record)
     else:
         assert record["status"] == "not-applicable" and record["error"].startswith(NeedsGPU.PREFIX)
+
+
+@pytest.mark.parametrize("framework", covered())
+def test_compiled_execution_runs_the_same_steps(worker_record, framework):
+    """Through the worker, as compare runs it: the compiled execution gives the default
+    run's step losses (LeNet, within the tolerances above), names itself and its
+    mechanism in the record, and times its compilation apart from the epochs. (Every
+    execution of every mode is held to the oracle in tests/conformance.py.)"""
+    mode = _first_mode(framework)
+    default = _ok(worker_record(framework, mode, 1))
+    record = _ok(worker_record(framework, mode, 1, steps=5, execution="compiled"))
+    assert record["execution"] == "compiled"
+    assert record["execution_mechanism"] == registry.facts(framework).executions["compiled"]
+    assert record["compile_sec"] is not None and record["compile_sec"] >= 0
+    _agree(record["step_losses"], default["step_losses"], "lenet", "(compiled vs default)")

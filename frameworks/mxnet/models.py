@@ -1,22 +1,25 @@
-"""The models of common/models as MXNet ndarray functions (common layout: NCHW, OIHW)."""
+"""The models of common/models as MXNet functions (common layout: NCHW, OIHW). Each
+takes the operator namespace F (mx.nd, or mx.sym inside a hybridized block), so the
+same code runs imperatively and as a cached graph; shapes come from common/models,
+since a symbol has none."""
 from mxnet import gluon, nd
 
 from common.contract import ModelOps
-from common.models import resnet18 as R
+from common.models import lenet as L, resnet18 as R
 
 loss = gluon.loss.SoftmaxCrossEntropyLoss()
 
 
 class LeNet(ModelOps):
-    def apply(self, params, state, X, training):
-        h1 = nd.Pooling(nd.relu(nd.Convolution(data=X, weight=params[0], bias=params[1],
-                                               kernel=(3, 3), num_filter=20)),
-                        pool_type="avg", kernel=(2, 2), stride=(2, 2))
-        h2 = nd.Pooling(nd.relu(nd.Convolution(data=h1, weight=params[2], bias=params[3],
-                                               kernel=(5, 5), num_filter=50)),
-                        pool_type="avg", kernel=(2, 2), stride=(2, 2))
-        h3 = nd.relu(nd.dot(h2.reshape((h2.shape[0], -1)), params[4]) + params[5])
-        return nd.dot(h3, params[6]) + params[7]
+    def apply(self, params, state, X, training, F=nd):
+        def conv(x, w, b):
+            shape = L.PARAM_SHAPES[w]
+            return F.Convolution(data=x, weight=params[w], bias=params[b], kernel=shape[2:],
+                                 num_filter=shape[0])
+        h1 = F.Pooling(F.relu(conv(X, 0, 1)), pool_type="avg", kernel=(2, 2), stride=(2, 2))
+        h2 = F.Pooling(F.relu(conv(h1, 2, 3)), pool_type="avg", kernel=(2, 2), stride=(2, 2))
+        h3 = F.relu(F.broadcast_add(F.dot(F.flatten(h2), params[4]), params[5]))
+        return F.broadcast_add(F.dot(h3, params[6]), params[7])
 
 
 class ResNet18(ModelOps):
@@ -24,19 +27,21 @@ class ResNet18(ModelOps):
     # variance; momentum is the weight of the old value (0.9 = PyTorch's 0.1)
     unbiased_running_var = False
 
-    def apply(self, params, state, X, training):
+    def apply(self, params, state, X, training, F=nd):
         def conv(x, c, stride, pad):
-            W = params[c["weight"]]
-            return nd.Convolution(data=x, weight=W, bias=params[c["bias"]], kernel=W.shape[2:],
-                                  stride=(stride, stride), pad=(pad, pad), num_filter=W.shape[0])
+            shape = R.PARAM_SHAPES[c["weight"]]
+            return F.Convolution(data=x, weight=params[c["weight"]], bias=params[c["bias"]],
+                                 kernel=shape[2:], stride=(stride, stride), pad=(pad, pad),
+                                 num_filter=shape[0])
 
         def bn(x, i):
-            return nd.BatchNorm(x, params[i["gamma"]], params[i["beta"]], state[i["mean"]],
-                                state[i["var"]], eps=R.BN_EPS, momentum=1 - R.BN_MOMENTUM,
-                                fix_gamma=False, use_global_stats=not training)
+            return F.BatchNorm(x, params[i["gamma"]], params[i["beta"]], state[i["mean"]],
+                               state[i["var"]], eps=R.BN_EPS, momentum=1 - R.BN_MOMENTUM,
+                               fix_gamma=False, use_global_stats=not training)
 
-        h = R.walk(X, conv, bn, nd.relu)
-        return nd.dot(h.mean(axis=(2, 3)), params[R.FC["weight"]]) + params[R.FC["bias"]]
+        h = R.walk(X, conv, bn, F.relu)
+        return F.broadcast_add(F.dot(F.mean(h, axis=(2, 3)), params[R.FC["weight"]]),
+                               params[R.FC["bias"]])
 
 
 class Models:
