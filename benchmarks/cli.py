@@ -48,6 +48,20 @@ def positive_float(text):
     return v
 
 
+def names(text: str, valid, what: str) -> list[str]:
+    """`all`, or a comma-separated list of names from `valid` (repeats dropped), for
+    the option --<what>; anything else is a UsageError naming the choices."""
+    if text == "all":
+        return list(valid)
+    chosen = [n.strip() for n in text.split(",") if n.strip()]
+    if not chosen:
+        raise UsageError(f"--{what} is empty; give all or a comma-separated list")
+    for n in chosen:
+        if n not in valid:
+            raise UsageError(f"unknown {what} {n!r}; choose from: {', '.join(valid)} (or all)")
+    return list(dict.fromkeys(chosen))
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from common import registry
 from common.results import env_info, write_atomic
 
-from .cli import COMMAND_FILE, Parser, UsageError, claim_out, positive
+from .cli import COMMAND_FILE, Parser, UsageError, claim_out, names, positive
 from .runner import Interrupts, run_worker
 from .worker import QUIET_ENV, thread_env
 
@@ -56,22 +56,10 @@ def build_parser() -> Parser:
     return p
 
 
-def _names(text: str, valid, what: str) -> list[str]:
-    if text == "all":
-        return list(valid)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise UsageError(f"--{what} is empty; give all or a comma-separated list")
-    for n in names:
-        if n not in valid:
-            raise UsageError(f"unknown {what} {n!r}; choose from: {', '.join(valid)} (or all)")
-    return list(dict.fromkeys(names))
-
-
 def resolve(args) -> tuple[list[str], list[str], list[str]]:
     from common.experiments import EXPERIMENTS
-    frameworks = _names(args.framework, registry.NAMES, "framework")
-    experiments = _names(args.experiment, EXPERIMENTS, "experiment")
+    frameworks = names(args.framework, registry.NAMES, "framework")
+    experiments = names(args.experiment, EXPERIMENTS, "experiment")
     kinds = ["cpu", "gpu"] if args.device == "all" else [args.device]
     return frameworks, experiments, kinds
 
