@@ -9,10 +9,8 @@ placement and report.md in --out; the table on the terminal (on stderr with
 --json, which keeps stdout for the JSON list of records)."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -23,7 +21,8 @@ from rich.table import Table
 from common import registry
 from common.results import env_info, write_atomic
 
-from .cli import COMMAND_FILE, Parser, UsageError, claim_out, names, non_negative, positive, positive_float
+from .cli import (COMMAND_FILE, Parser, command_parser, finish, names, non_negative, positive,
+                  positive_float, run_command)
 from .runner import Interrupts, run_worker
 from .worker import QUIET_ENV, thread_env
 
@@ -32,10 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def build_parser() -> Parser:
     from common import scopes
-    p = Parser(prog="python -m benchmarks.device_scopes", description=__doc__.split("\n\n")[0],
-               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--framework", default="all",
-                   help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}")
+    p = command_parser("benchmarks.device_scopes", __doc__)
     p.add_argument("--steps", type=positive, default=scopes.DEFAULT_STEPS,
                    help="timed SGD steps per placement (after the warm-up)")
     p.add_argument("--batch", type=positive, default=scopes.DEFAULT_BATCH,
@@ -124,21 +120,10 @@ def render(out: Path, command: str, console: Console, records: list[dict]) -> No
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-        frameworks = names(args.framework, registry.NAMES, "framework")
-        out = Path(args.out or ROOT / "results" / time.strftime("scopes-%Y%m%d-%H%M%S"))
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--out {out} is a file, not a folder; give a folder")
-        lock = claim_out(out)           # last: the one step that creates something
-    except UsageError as e:
-        print(f"device_scopes: error: {e}", file=sys.stderr)
-        return 2
-    try:
-        return _measure(args, argv, frameworks, out)
-    finally:
-        lock.unlink(missing_ok=True)
+    return run_command("device_scopes", build_parser(), argv,
+                       lambda args: names(args.framework, registry.NAMES, "framework"),
+                       ROOT / "results" / time.strftime("scopes-%Y%m%d-%H%M%S"),
+                       lambda args, frameworks, out: _measure(args, argv, frameworks, out))
 
 
 def _measure(args, argv, frameworks: list[str], out: Path) -> int:
@@ -164,16 +149,9 @@ def _measure(args, argv, frameworks: list[str], out: Path) -> int:
                       highlight=False)
             if interrupted:
                 break
-    command = "python -m benchmarks.device_scopes " + " ".join(
-        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    if records:
-        render(out, command, shown, records)
-    if args.json:
-        print(json.dumps(records, indent=1))
-    if interrupted:
-        err.print("interrupted: the records finished so far are in " + str(out))
-        return stop.exit_code or 130
-    return 1 if any(r["status"] == "failed" for r in records) else 0
+    return finish("benchmarks.device_scopes", argv, out, records,
+                  lambda command: render(out, command, shown, records), args.json, interrupted,
+                  stop, err)
 
 
 if __name__ == "__main__":

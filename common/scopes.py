@@ -168,6 +168,10 @@ class Placement:
     def devices(self) -> list[str]:
         return list(dict.fromkeys((self.branch_a, self.branch_b, self.merge)))
 
+    def translated(self, to_framework) -> dict:
+        """{"branch_a": ..., "branch_b": ..., "merge": ...} in the framework's device terms."""
+        return {part: to_framework(device) for part, device in asdict(self).items()}
+
 
 PLACEMENTS = ("one-device", "two-branch")
 # TensorFlow/Keras logical CPU devices to make: the merge's and the two branches'
@@ -275,10 +279,14 @@ class Scopes(ABC):
         weights kept identical); returns the loss before the update, not waited for."""
 
     @abstractmethod
+    def parts(self, Xa: np.ndarray, Xb: np.ndarray) -> tuple[Any, Any, Any, Any]:
+        """A forward pass, nothing recorded for gradients: the framework's own arrays
+        h_a, h_b, the output, and one of the shared LSTM's weight arrays (branch a's)."""
+
     def placed(self, Xa: np.ndarray, Xb: np.ndarray) -> dict[str, str]:
-        """Where the framework actually ran each part, read back from its arrays:
-        {"branch_a": device of h_a, "branch_b": device of h_b, "merge": device of p,
-        "weights": device of the shared LSTM's weights}."""
+        """Where the framework actually ran each part, read back from its arrays."""
+        return dict(zip(("branch_a", "branch_b", "merge", "weights"),
+                        map(self.backend.device_of, self.parts(Xa, Xb))))
 
     def value(self, loss: Any) -> float:
         return float(np.asarray(self.backend.to_numpy(loss)).reshape(()))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import asdict
 
 import numpy as np
 
@@ -66,7 +67,7 @@ def run(framework: str) -> dict:
         finals[name] = (losses, final)
         Xa, Xb, _ = batches[0]
         out["placements"][name] = {
-            "placement": vars(placement), "placed": s.placed(Xa[:2], Xb[:2]),
+            "placement": asdict(placement), "placed": s.placed(Xa[:2], Xb[:2]),
             "small": small, "full": full, "losses": losses,
             "loss_vs_oracle": float(np.max(np.abs(np.subtract(losses, want_losses)))),
             "params_vs_oracle": max(rel(p, w) for p, w in zip(final, want_params))}

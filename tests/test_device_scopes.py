@@ -13,8 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-from common import registry, scopes
-from tests.conftest import ROOT, covered, run_python, subprocess_env, usage_error
+from common import scopes
+from tests.conftest import (ROOT, covered, incomplete_subclass_error, per_framework,
+                            subprocess_env, usage_error)
 
 # Float32 tolerances, measured (tests/scopes_checks.py, all five frameworks, CPU). The
 # oracle is float64; a framework's float32 LSTM rounds in every gate of every step,
@@ -35,21 +36,10 @@ SAME = 1e-6
 
 @pytest.fixture(scope="session")
 def checks(tmp_path_factory):
-    """framework -> tests/scopes_checks.py's measurements, made once in its own process."""
-    cache = {}
-
-    def get(framework):
-        if framework not in cache:
-            if not registry.is_installed(framework):
-                pytest.fail(f"{framework} is required here but not installed "
-                            f"({registry.install_hint(framework)})")
-            out = tmp_path_factory.mktemp("scopes") / f"{framework}.json"
-            proc = run_python(["-m", "tests.scopes_checks", framework, str(out)], threads=1,
-                              timeout=300)
-            assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
-            cache[framework] = json.loads(out.read_text())
-        return cache[framework]
-    return get
+    """framework -> tests/scopes_checks.py's measurements, made once in its own process
+    (one thread: OpenMP threads that wait for a descheduled sibling stall PyTorch's LSTM
+    for seconds on a busy 2-core machine)."""
+    return per_framework(tmp_path_factory, "tests.scopes_checks", threads=1, timeout=300)
 
 
 def _ran(result):
@@ -132,16 +122,8 @@ def test_placements_without_and_with_gpus():
 
 
 def test_an_incomplete_framework_fails_loudly():
-    code = ("from common.scopes import Scopes\n"
-            "class Half(Scopes):\n"
-            "    def build(self, params, placement): pass\n"
-            "class B: name = 'half'\n"
-            "try:\n"
-            "    Half(B())\n"
-            "except TypeError as e:\n"
-            "    print(e)\n")
-    proc = run_python(["-c", code])
-    assert "abstract" in proc.stdout and "forward_backward" in proc.stdout, proc.stdout + proc.stderr
+    error = incomplete_subclass_error("common.scopes", "Scopes", "build")
+    assert "abstract" in error and "forward_backward" in error, error
 
 
 BAD_INPUT = [

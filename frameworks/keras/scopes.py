@@ -2,7 +2,6 @@
 chapter's functional model with one keras.layers.LSTM shared by both inputs, each
 part called under keras.device."""
 import keras
-import numpy as np
 import tensorflow as tf
 
 from common import scopes
@@ -61,7 +60,7 @@ class Scopes(scopes.Scopes):
         hb = OnDevice(lstm, b, name="branch_b")(in_b)
         p = OnDevice(Merge(dense), m, name="merge")([ha, hb])
         self.model = keras.Model([in_a, in_b], p)
-        self.parts = keras.Model([in_a, in_b], [ha, hb, p])     # the same layers, for `placed`
+        self.encoders = keras.Model([in_a, in_b], [ha, hb, p])  # the same layers, for `parts`
         self.model.compile(optimizer=keras.optimizers.SGD(learning_rate=scopes.DEFAULT_LR),
                            loss=keras.losses.BinaryCrossentropy())
         self.vars = [lstm.cell.kernel, lstm.cell.recurrent_kernel, lstm.cell.bias,
@@ -89,8 +88,6 @@ class Scopes(scopes.Scopes):
     def value(self, loss):
         return float(loss)
 
-    def placed(self, Xa, Xb):
-        ha, hb, p = self.parts([Xa, Xb])                      # eagerly: each op where it ran
-        return {"branch_a": self.backend.device_of(ha), "branch_b": self.backend.device_of(hb),
-                "merge": self.backend.device_of(p),
-                "weights": self.backend.device_of(self.vars[0].value)}
+    def parts(self, Xa, Xb):
+        ha, hb, p = self.encoders([Xa, Xb])                   # eagerly: each op where it ran
+        return ha, hb, p, self.vars[0].value

@@ -20,7 +20,7 @@ class Scopes(scopes.Scopes):
                "(grad_req 'null')")
 
     def build(self, params, placement):
-        self.ctx = {k: context(v) for k, v in vars(placement).items()}
+        self.ctx = placement.translated(context)
         a, b, m = self.ctx["branch_a"], self.ctx["branch_b"], self.ctx["merge"]
         self.lstm = gluon.rnn.LSTM(scopes.H, layout="NTC", input_size=scopes.D)
         self.lstm.initialize(ctx=list(dict.fromkeys([a, b])))
@@ -79,8 +79,6 @@ class Scopes(scopes.Scopes):
                 w.copyto(p.data(other))
         return loss
 
-    def placed(self, Xa, Xb):
+    def parts(self, Xa, Xb):
         _, z, ha, hb = self._forward(Xa, Xb, np.zeros(len(Xa), np.float32))
-        return {"branch_a": self.backend.device_of(ha), "branch_b": self.backend.device_of(hb),
-                "merge": self.backend.device_of(z),
-                "weights": self.backend.device_of(self.lstm.l0_i2h_weight.data(self.ctx["branch_a"]))}
+        return ha, hb, z, self.lstm.l0_i2h_weight.data(self.ctx["branch_a"])

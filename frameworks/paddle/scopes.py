@@ -1,4 +1,6 @@
 """The device-scopes model (common.scopes) in PaddlePaddle: paddle.nn.LSTM."""
+from dataclasses import asdict
+
 import numpy as np
 import paddle
 import paddle.nn.functional as F
@@ -43,7 +45,7 @@ class Scopes(scopes.Scopes):
     replicate = None
 
     def build(self, params, placement):
-        self.dev = vars(placement)
+        self.dev = asdict(placement)
         self.lstm = _lstm(placement.branch_a)
         self.replica = None
         if self.replicate or placement.branch_b != placement.branch_a:
@@ -106,9 +108,7 @@ class Scopes(scopes.Scopes):
         self._sync_replica()
         return loss
 
-    def placed(self, Xa, Xb):
+    def parts(self, Xa, Xb):
         with paddle.no_grad():
             _, z, ha, hb = self._forward(Xa, Xb, np.zeros(len(Xa), np.float32))
-        return {"branch_a": self.backend.device_of(ha), "branch_b": self.backend.device_of(hb),
-                "merge": self.backend.device_of(z),
-                "weights": self.backend.device_of(self.lstm.weight_ih_l0)}
+        return ha, hb, z, self.lstm.weight_ih_l0

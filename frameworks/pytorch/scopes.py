@@ -24,7 +24,7 @@ class Scopes(scopes.Scopes):
                "is held at zero and not trained (their sum is the gate bias)")
 
     def build(self, params, placement):
-        self.dev = {k: torch_device(v) for k, v in vars(placement).items()}
+        self.dev = placement.translated(torch_device)
         self.lstm = nn.LSTM(scopes.D, scopes.H, batch_first=True).to(self.dev["branch_a"])
         self.lstm.bias_hh_l0.requires_grad_(False)
         self.head = nn.Linear(2 * scopes.H, 1).to(self.dev["merge"])
@@ -75,9 +75,7 @@ class Scopes(scopes.Scopes):
                 p.grad = None
         return loss.detach()
 
-    def placed(self, Xa, Xb):
+    def parts(self, Xa, Xb):
         with torch.no_grad():
             _, z, ha, hb = self._forward(Xa, Xb, np.zeros(len(Xa), np.float32))
-        return {"branch_a": self.backend.device_of(ha), "branch_b": self.backend.device_of(hb),
-                "merge": self.backend.device_of(z),
-                "weights": self.backend.device_of(self.lstm.weight_ih_l0)}
+        return ha, hb, z, self.lstm.weight_ih_l0

@@ -20,7 +20,7 @@ class Scopes(scopes.Scopes):
                "tf.function (forward, tape.gradient, assign_sub)")
 
     def build(self, params, placement):
-        self.dev = {k: tf_device(v) for k, v in vars(placement).items()}
+        self.dev = placement.translated(tf_device)
         W_x, W_h, b, W, c = params
         with tf.device(self.dev["branch_a"]):
             self.lstm = [tf.Variable(v, name=n) for v, n in zip((W_x, W_h, b), scopes.PARAM_NAMES)]
@@ -86,9 +86,7 @@ class Scopes(scopes.Scopes):
     def step(self, Xa, Xb, y, lr):
         return self._step(*self._inputs(Xa, Xb, y), tf.constant(lr, tf.float32))
 
-    def placed(self, Xa, Xb):
+    def parts(self, Xa, Xb):
         # eagerly: a tf.function's outputs all come back on the caller's device
         _, z, ha, hb = self._forward(*self._inputs(Xa, Xb, np.zeros(len(Xa), np.float32)))
-        return {"branch_a": self.backend.device_of(ha), "branch_b": self.backend.device_of(hb),
-                "merge": self.backend.device_of(z),
-                "weights": self.backend.device_of(self.lstm[0])}
+        return ha, hb, z, self.lstm[0]
