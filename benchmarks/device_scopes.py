@@ -107,10 +107,6 @@ def summary_table(records: list[dict]) -> Table:
     return t
 
 
-def load_records(out: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(out.glob("*.scopes.json"))]
-
-
 def render(out: Path, command: str, console: Console, records: list[dict]) -> None:
     from common import scopes
     (out / COMMAND_FILE).write_text(command + "\n")

@@ -503,14 +503,15 @@ def markdown_report(records: list[dict], command: str) -> str:
               "process may be a memcpy or a shared buffer; the bytes say what would cross "
               "between two GPUs). On two GPUs the branches can run at once.", "",
               "## Per framework: where the shared weights live, and notes", ""]
-    for r in records:
+    order = {n: i for i, n in enumerate(registry.NAMES)}
+    for r in sorted(records, key=lambda r: order.get(r["framework"], 99)):
         if r["placement"] != "two-branch":
             continue
         text = r.get("sharing") or ""
         extra = [x for x in (r.get("note"), r.get("error") if r["status"] != "ok" else None) if x]
         placed = r.get("placed")
         if placed:
-            extra.append("read back from the framework's arrays: h_a on " + placed["branch_a"]
+            extra.append("Read back from the framework's arrays: h_a on " + placed["branch_a"]
                          + ", h_b on " + placed["branch_b"] + ", the output on " + placed["merge"]
                          + ", the shared weights on " + placed["weights"])
         lines.append(f"- **{r['framework']}**: " + " ".join(x.rstrip(".") + "." for x in [text, *extra] if x))
