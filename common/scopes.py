@@ -161,10 +161,6 @@ class Placement:
     branch_b: str
     merge: str
 
-    @property
-    def label(self) -> str:
-        return f"a {self.branch_a}, b {self.branch_b}, merge {self.merge}"
-
     def devices(self) -> list[str]:
         return list(dict.fromkeys((self.branch_a, self.branch_b, self.merge)))
 
