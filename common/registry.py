@@ -107,6 +107,21 @@ def get(name: str):
     return importlib.import_module(f.package).BACKEND
 
 
+def plugin(name: str, module: str, base: type):
+    """`frameworks.<name>.<module>.<base name>` (e.g. ops.py's `class Ops(common.ops.Ops)`)
+    bound to the framework's backend, imported on demand: the package that defines the
+    backend holds the module beside it. A class that misses an abstract method fails
+    here, loudly (TypeError naming the methods), not at the fifth call."""
+    backend = get(name)
+    package = importlib.import_module(type(backend).__module__).__package__
+    mod = importlib.import_module(f"{package}.{module}")
+    cls = getattr(mod, base.__name__, None)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise TypeError(f"{package}.{module} must define `class {base.__name__}"
+                        f"({base.__module__}.{base.__name__})`")
+    return cls(backend)
+
+
 # What a framework cannot do, with the reason, keyed by (framework, capability): a mode
 # name, or a feature such as "sync-bn". Checked both ways by the tests: each listed gap
 # must still raise NotApplicable, and no unlisted one may.

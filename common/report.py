@@ -15,6 +15,31 @@ from rich.text import Text
 
 from .results import ok_repeats
 
+
+def machine_lines(records: list[dict]) -> list[str]:
+    """Where the records were measured: the machine and the library versions (two lines)."""
+    env = next((r["env"] for r in records if r.get("env")), {}) or {}
+    libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items())
+    return [f"Machine: {env.get('cpu_model', '?')} ({env.get('cpu_count', '?')} CPUs), "
+            f"GPU: {env.get('gpu_model') or 'none'}; {env.get('os', '?')}, Python {env.get('python', '?')}",
+            f"Libraries: {libs}"]
+
+
+def load_lines(records: list[dict]) -> list[str]:
+    """The machine's 1-minute load average over the records' runs (`load_avg`: before
+    and after each), and what it means for the times; [] where none was recorded."""
+    loads = [x for r in records for x in (r.get("load_avg") or [])]
+    if not loads:
+        return []
+    env = next((r["env"] for r in records if r.get("env")), {}) or {}
+    cpus = env.get("cpu_count") or 0
+    busy = (" (above the CPU count: other processes were competing for the cores, so the "
+            "times are inflated and noisy)" if max(loads) > cpus else
+            " (at most the CPU count: the machine was not oversubscribed)")
+    return [f"Load on the machine during the run (1-minute load average, {cpus or '?'} "
+            f"CPUs): {min(loads):.1f} to {max(loads):.1f}{busy}.", ""]
+
+
 COLUMNS = ("framework", "model", "mode", "execution", "devices", "status", "test acc", "train loss",
            "sec/epoch", "spread", "compile s", "samples/s", "speed-up", "efficiency", "peak MB", "note")
 
@@ -161,8 +186,6 @@ def notes(rows: list[dict]) -> list[str]:
 def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
     buf = io.StringIO()
     Console(file=buf, width=400, color_system=None).print(table(rows, markdown=True))
-    env = next((r["env"] for r in records if r.get("env")), {})
-    libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items())
     cfg = records[0] if records else {}
     model_names = ", ".join(dict.fromkeys(r.get("model", "lenet") for r in records))
     if cfg.get("batch_per_device"):
@@ -174,9 +197,7 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
     return "\n".join([
         f"# Framework comparison: {model_names}, data-parallel training", "",
         f"Command: `{command}`", "",
-        f"Machine: {env.get('cpu_model', '?')} ({env.get('cpu_count', '?')} CPUs), "
-        f"GPU: {env.get('gpu_model') or 'none'}; {env.get('os', '?')}, Python {env.get('python', '?')}",
-        f"Libraries: {libs}", "",
+        *machine_lines(records), "",
         f"Dataset {cfg.get('dataset')}, {cfg.get('epochs')} epoch(s), {batch}, "
         f"seed {cfg.get('seed')}, {cfg.get('threads')} threads per run"
         + (f", test accuracy on the first {cfg['eval_samples']} test images" if cfg.get("eval_samples")
