@@ -4,8 +4,11 @@ their results folder: one-line usage errors (exit 2), argument types, and the
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import shlex
+import sys
 from pathlib import Path
 
 LOCK_FILE = ".lock"                # pid of the run writing the folder right now
@@ -38,6 +41,22 @@ positive = integer(1, "at least 1")
 non_negative = integer(0, "0 or more")
 
 
+def names(text: str, valid, option: str) -> list[str]:
+    """A comma-separated list of names from `valid` (or "all": every one), repeats
+    dropped, order kept. One rule for every list option of every command: an empty
+    name (a doubled, leading or trailing comma) is an error, as is an unknown name."""
+    if text.strip() == "all":
+        return list(valid)
+    given = [n.strip() for n in text.split(",")]
+    if "" in given:
+        raise UsageError(f"--{option} {text!r} has an empty name; give all or names separated "
+                         f"by single commas, e.g. {','.join(list(valid)[:2])}")
+    for n in given:
+        if n not in valid:
+            raise UsageError(f"unknown {option} {n!r}; choose from: {', '.join(valid)} (or all)")
+    return list(dict.fromkeys(given))
+
+
 def positive_float(text):
     try:
         v = float(text)
@@ -46,6 +65,16 @@ def positive_float(text):
     if not math.isfinite(v) or v <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be a finite number above 0")
     return v
+
+
+def command_parser(module: str, doc: str) -> Parser:
+    """The parser of `python -m module` with the suite's first option, --framework."""
+    from common import registry
+    p = Parser(prog=f"python -m {module}", description=doc.split("\n\n")[0],
+               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--framework", default="all",
+                   help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}")
+    return p
 
 
 def _pid_alive(pid: int) -> bool:
@@ -116,3 +145,41 @@ def recorded_command(out: Path) -> str:
     """The command that wrote a results folder (for a report rendered again)."""
     path = out / COMMAND_FILE
     return path.read_text().strip() if path.exists() else "(unknown)"
+
+
+def run_command(name: str, parser: Parser, argv, resolve, default_out: Path, measure) -> int:
+    """main() of a command that writes a results folder: parse argv and resolve(args)
+    (bad input: one line on stderr, exit 2, nothing written), claim --out (the one step
+    that creates something), then measure(args, resolved, out) holding its lock."""
+    try:
+        args = parser.parse_args(argv)
+        resolved = resolve(args)
+        out = Path(args.out or default_out)
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out} is a file, not a folder; give a folder")
+        lock = claim_out(out)
+    except UsageError as e:
+        print(f"{name}: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        return measure(args, resolved, out)
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def finish(prog: str, argv, out: Path, records: list[dict], render, as_json: bool,
+           interrupted: bool, stop, err) -> int:
+    """The end of a run of a command that writes records (devices, device_scopes):
+    render(command) its report where anything was recorded, the records as JSON on
+    stdout with --json, and the exit code: 130/143 when interrupted (what finished is
+    kept), 1 when a record failed, else 0."""
+    command = f"python -m {prog} " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    if records:
+        render(command)
+    if as_json:
+        print(json.dumps(records, indent=1))
+    if interrupted:
+        err.print(f"interrupted: the records finished so far are in {out}")
+        return stop.exit_code or 130
+    return 1 if any(r["status"] == "failed" for r in records) else 0

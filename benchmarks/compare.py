@@ -26,11 +26,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from common import data, models, registry
-from common.modes import MODES
+from common.modes import EXECUTIONS, MODES
 from common.results import (FAILED, REPEAT_KEYS, RecordError, RunConfig, env_info, new_record,
                             ok_repeats, read_record, record_filename, write_atomic)
 
-from .cli import (LOCK_FILE, Parser, UsageError, claim_out, lock_holder, non_negative,
+from .cli import (LOCK_FILE, Parser, UsageError, claim_out, lock_holder, names, non_negative,
                   positive, positive_float)
 from .report import render
 from .runner import Interrupts, run_worker
@@ -46,7 +46,7 @@ PLAN_FILE = "comparison.json"      # what a results folder was asked to hold (fo
 DEFAULT_EPOCHS = 3
 CPU_DEFAULT_DEVICES = [1]
 # the options that make up a comparison (--resume takes them from PLAN_FILE)
-PLAN_OPTIONS = ("framework", "model", "mode", "devices", "epochs", "batch_size",
+PLAN_OPTIONS = ("framework", "model", "mode", "execution", "devices", "epochs", "batch_size",
                 "batch_per_device", "lr", "sync_bn", "dataset", "data_dir", "steps_per_epoch",
                 "eval_samples", "seed", "threads", "repeat", "micro_batches")
 
@@ -72,6 +72,11 @@ def build_parser() -> Parser:
     p.add_argument("--mode", default=",".join(m.name for m in MODES.values() if m.default),
                    help="all, or a comma-separated list of: " +
                         "; ".join(f"{m.name} ({m.description})" for m in MODES.values()))
+    p.add_argument("--execution", default="default",
+                   help="default (what each framework's mode runs: named in every row), all, or "
+                        "a comma-separated list of: " +
+                        "; ".join(f"{k} ({v})" for k, v in EXECUTIONS.items()) +
+                        ". Where a framework lacks one, its row says not-applicable and why")
     p.add_argument("--devices", type=_device_counts, default=None,
                    help="device counts to run, e.g. 1,2; repeats are dropped (default: 1 and "
                         "every GPU; 1 alone without GPUs, where virtual devices would share "
@@ -124,26 +129,17 @@ def gpu_count() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
+def _executions(text: str) -> list[str | None]:
+    """--execution as a list of execution names; None stands for each mode's default."""
+    chosen = list(EXECUTIONS) if text.strip() == "all" else names(
+        text, ("default", *EXECUTIONS), "execution")
+    return [None if e == "default" else e for e in chosen]
+
+
 def resolve(args) -> tuple[list[str], list[str], list[int]]:
     """Validate the arguments that argparse cannot; raise UsageError with the fix."""
-    if args.framework == "all":
-        frameworks = list(registry.NAMES)
-    else:
-        frameworks = [f.strip() for f in args.framework.split(",")]
-        if "" in frameworks:
-            raise UsageError(f"--framework {args.framework!r} has an empty name; give names "
-                             f"separated by single commas, e.g. pytorch,mxnet")
-        frameworks = list(dict.fromkeys(frameworks))
-        for f in frameworks:
-            try:
-                registry.check_name(f)
-            except registry.UnknownFramework as e:
-                raise UsageError(f"{e} (or all)") from None
-    modes = list(MODES) if args.mode == "all" else list(dict.fromkeys(
-        m.strip() for m in args.mode.split(",") if m.strip()))
-    for m in modes:
-        if m not in MODES:
-            raise UsageError(f"unknown mode {m!r}; choose from: {', '.join(MODES)} (or all)")
+    frameworks = names(args.framework, registry.NAMES, "framework")
+    modes = names(args.mode, MODES, "mode")
     gpus = gpu_count()
     counts = args.devices or (sorted({1, gpus}) if gpus else list(CPU_DEFAULT_DEVICES))
     if args.sync_bn and not models.get(args.model).STATE_NAMES:
@@ -175,6 +171,7 @@ class Plan:
     devices: list[int]
     repeat: int
     run: dict            # model, dataset, data_dir, epochs, batch_size, batch_per_device, lr, ...
+    executions: list     # execution names; None: each mode's default
 
     RUN_KEYS = ("model", "dataset", "data_dir", "epochs", "batch_size", "batch_per_device", "lr",
                 "sync_bn", "seed", "threads", "steps_per_epoch", "eval_samples", "micro_batches")
@@ -182,27 +179,33 @@ class Plan:
     @classmethod
     def from_args(cls, args, frameworks, modes, counts) -> "Plan":
         return cls(frameworks, modes, counts, args.repeat,
-                   {k: getattr(args, k) for k in cls.RUN_KEYS})
+                   {k: getattr(args, k) for k in cls.RUN_KEYS}, _executions(args.execution))
 
     def configs(self) -> list[RunConfig]:
         r = self.run
         weak = r["batch_per_device"] is not None
-        return [RunConfig(framework=f, mode=m, devices=n, model=r["model"], dataset=r["dataset"],
+        configs = [RunConfig(framework=f, mode=m, devices=n, execution=e, model=r["model"], dataset=r["dataset"],
                           data_dir=r["data_dir"], epochs=r["epochs"],
                           batch_size=r["batch_per_device"] * n if weak else r["batch_size"],
                           lr=r["lr"] * n if weak else r["lr"], batch_per_device=r["batch_per_device"],
                           sync_bn=r["sync_bn"], seed=r["seed"], threads=r["threads"],
                           steps_per_epoch=r["steps_per_epoch"], eval_samples=r["eval_samples"],
                           micro_batches=r.get("micro_batches") or 1)
-                for f in self.frameworks for m in self.modes for n in self.devices]
+                   for f in self.frameworks for m in self.modes for e in self.executions
+                   for n in self.devices]
+        # an execution named that is the mode's default is the default run: once
+        by_file = {record_filename(new_record(c)): c for c in reversed(configs)}
+        return [c for c in configs if by_file[record_filename(new_record(c))] is c]
 
     def to_dict(self) -> dict:
         return {"frameworks": self.frameworks, "modes": self.modes, "devices": self.devices,
-                "repeat": self.repeat, "run": self.run}
+                "repeat": self.repeat, "run": self.run,
+                "executions": ["default" if e is None else e for e in self.executions]}
 
     def as_options(self) -> dict:
         """The plan as the options that would give it (argparse dests)."""
         return {"framework": ",".join(self.frameworks), "mode": ",".join(self.modes),
+                "execution": ",".join("default" if e is None else e for e in self.executions),
                 "devices": self.devices, "repeat": self.repeat, **self.run}
 
 
@@ -229,7 +232,8 @@ def resume_plan(args, given: set[str]) -> Plan:
     try:
         stored = json.loads(plan_path.read_text())
         plan = Plan(stored["frameworks"], stored["modes"], stored["devices"], stored["repeat"],
-                    {k: stored["run"].get(k) for k in Plan.RUN_KEYS})
+                    {k: stored["run"].get(k) for k in Plan.RUN_KEYS},
+                    [None if e == "default" else e for e in stored.get("executions", ["default"])])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"--resume {folder}: {plan_path} is unreadable ({e}); start a new "
                          "comparison with --out") from None
@@ -367,7 +371,8 @@ def run_plan(plan: Plan, out: Path, args, progress: Progress, stop: Interrupts,
             if name in settled or (previous is not None and (
                     previous["status"] == "not-applicable" or len(ok_repeats(previous)) >= rep)):
                 continue
-            label = f"{cfg.framework} {cfg.mode} x{cfg.devices}" + (f" #{rep}" if plan.repeat > 1 else "")
+            label = (f"{cfg.framework} {cfg.mode}" + (f" {cfg.execution}" if cfg.execution else "")
+                     + f" x{cfg.devices}" + (f" #{rep}" if plan.repeat > 1 else ""))
             steps = n_train // cfg.batch_size
             steps = min(steps, cfg.steps_per_epoch) if cfg.steps_per_epoch else steps
             task = progress.add_task(label, total=steps * cfg.epochs, status="")

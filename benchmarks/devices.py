@@ -11,10 +11,8 @@ Results: one JSON record per framework and experiment, report.md and plots in
 the JSON list of records)."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -25,7 +23,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from common import registry
 from common.results import env_info, write_atomic
 
-from .cli import COMMAND_FILE, Parser, UsageError, claim_out, positive
+from .cli import (COMMAND_FILE, Parser, command_parser, finish, names, positive,
+                  run_command)
 from .runner import Interrupts, run_worker
 from .worker import QUIET_ENV, thread_env
 
@@ -34,10 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def build_parser() -> Parser:
     from common.experiments import EXPERIMENTS
-    p = Parser(prog="python -m benchmarks.devices", description=__doc__.split("\n\n")[0],
-               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--framework", default="all",
-                   help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}")
+    p = command_parser("benchmarks.devices", __doc__)
     p.add_argument("--experiment", default="all",
                    help=f"all, or a comma-separated list of: {', '.join(EXPERIMENTS)}")
     p.add_argument("--device", default="all", choices=("cpu", "gpu", "all"),
@@ -56,22 +52,10 @@ def build_parser() -> Parser:
     return p
 
 
-def _names(text: str, valid, what: str) -> list[str]:
-    if text == "all":
-        return list(valid)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise UsageError(f"--{what} is empty; give all or a comma-separated list")
-    for n in names:
-        if n not in valid:
-            raise UsageError(f"unknown {what} {n!r}; choose from: {', '.join(valid)} (or all)")
-    return list(dict.fromkeys(names))
-
-
 def resolve(args) -> tuple[list[str], list[str], list[str]]:
     from common.experiments import EXPERIMENTS
-    frameworks = _names(args.framework, registry.NAMES, "framework")
-    experiments = _names(args.experiment, EXPERIMENTS, "experiment")
+    frameworks = names(args.framework, registry.NAMES, "framework")
+    experiments = names(args.experiment, EXPERIMENTS, "experiment")
     kinds = ["cpu", "gpu"] if args.device == "all" else [args.device]
     return frameworks, experiments, kinds
 
@@ -178,21 +162,9 @@ def render(out: Path, command: str, console: Console, plots: bool = True,
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-        frameworks, experiments, kinds = resolve(args)
-        out = Path(args.out or ROOT / "results" / time.strftime("devices-%Y%m%d-%H%M%S"))
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--out {out} is a file, not a folder; give a folder")
-        lock = claim_out(out)           # last: the one step that creates something
-    except UsageError as e:
-        print(f"devices: error: {e}", file=sys.stderr)
-        return 2
-    try:
-        return _measure(args, argv, frameworks, experiments, kinds, out)
-    finally:
-        lock.unlink(missing_ok=True)
+    return run_command("devices", build_parser(), argv, resolve,
+                       ROOT / "results" / time.strftime("devices-%Y%m%d-%H%M%S"),
+                       lambda args, chosen, out: _measure(args, argv, *chosen, out))
 
 
 def _measure(args, argv, frameworks, experiments, kinds, out: Path) -> int:
@@ -225,16 +197,9 @@ def _measure(args, argv, frameworks, experiments, kinds, out: Path) -> int:
             if interrupted:
                 break
 
-    command = "python -m benchmarks.devices " + " ".join(
-        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    if records:
-        render(out, command, shown, plots=not args.no_plots, records=records)
-    if args.json:
-        print(json.dumps(records, indent=1))
-    if interrupted:
-        err.print("interrupted: the records finished so far are in " + str(out))
-        return stop.exit_code or 130
-    return 1 if any(r["status"] == "failed" for r in records) else 0
+    return finish("benchmarks.devices", argv, out, records,
+                  lambda command: render(out, command, shown, plots=not args.no_plots, records=records),
+                  args.json, interrupted, stop, err)
 
 
 if __name__ == "__main__":

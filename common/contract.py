@@ -48,9 +48,12 @@ class Replica(list):
     (BatchNorm running statistics) and, where the framework keeps them apart,
     gradient buffers."""
 
-    def __init__(self, params, model: str, device: str, state=(), grads=None):
+    def __init__(self, params, model: str, device: str, state=(), grads=None,
+                 execution: str = "eager"):
         super().__init__(params)
         self.model, self.device, self.state, self.grads = model, device, list(state), grads
+        # how shard_loss_and_grads runs this replica's forward and backward
+        self.execution = execution
 
 
 class ModelOps(ABC):
@@ -107,8 +110,13 @@ class Trainer(ABC):
         """The mean loss of the full batch for each handle (may synchronise)."""
 
     @abstractmethod
+    def logits(self, X: np.ndarray) -> np.ndarray:
+        """The first replica's logits for images X in evaluation mode (BatchNorm with its
+        running statistics), as NumPy; changes no parameter or state."""
+
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Class ids predicted by the first replica, in evaluation mode."""
+        return predict_in_batches(self.logits, X)
 
     @abstractmethod
     def replica_params(self) -> list[list[np.ndarray]]:
@@ -281,18 +289,34 @@ class Backend(ABC):
     def add(self, values: list, device: str) -> Any:
         """The sum of framework scalars from several devices, on `device`."""
 
-    def train_batch(self, X: Any, y: Any, replicas: list[Replica], devices: Sequence[str],
-                    lr: float) -> Any:
-        """The chapter's train_batch (common/scratch.py), on this framework's primitives."""
-        from .scratch import train_batch
-        return train_batch(self, X, y, replicas, devices, lr)
+    def bind_train_batch(self, train_batch: Callable, replicas: list[Replica],
+                         devices: Sequence[str], lr: float, execution: str) -> Callable:
+        """The chapter's train_batch (common/scratch.py passes it in) bound to one replica
+        set: a function of (X, y) run the way `execution` says. By default it runs as
+        Python calls it, and shard_loss_and_grads compiles its own part where the
+        replicas' execution asks for it; a framework that traces whole steps (TensorFlow)
+        wraps it here."""
+        self.check_execution(execution, ("eager", "compiled"))
+        return lambda X, y: train_batch(self, X, y, replicas, devices, lr)
+
+    def check_execution(self, execution: str, supported: Sequence[str]) -> None:
+        """Raise NotApplicable, with the listed reason, for an execution that this
+        framework's code does not have (`supported`: the ones the caller implements)."""
+        if execution in supported:
+            return
+        gap = registry.KNOWN_GAPS.get((self.name, execution))
+        if gap:
+            raise NotApplicable(gap)
+        raise NotApplicable(f"{self.name} has no {execution!r} execution here")
 
     # --- native mode: the framework's own data parallelism ---
     @abstractmethod
     def native_trainer(self, model: str, params: Sequence[np.ndarray], devices: Sequence[str],
-                       lr: float, rank: int = 0, world: int = 1, sync_bn: bool = False) -> Trainer:
+                       lr: float, rank: int = 0, world: int = 1, sync_bn: bool = False,
+                       execution: str | None = None) -> Trainer:
         """In-process trainer over `devices`; in a multi-process run, rank `rank` of
-        `world` on `devices[0]`, its process group already joined (see join)."""
+        `world` on `devices[0]`, its process group already joined (see join). Its steps
+        run as `execution` says (common.modes.EXECUTIONS; None: the native default)."""
 
     # Why the framework's synchronised BatchNorm needs GPUs, where it does
     sync_bn_needs_gpu: str | None = None
@@ -307,7 +331,7 @@ class Backend(ABC):
             raise NeedsGPU(self.sync_bn_needs_gpu)
 
     def dataparallel_trainer(self, model: str, params: Sequence[np.ndarray],
-                             devices: Sequence[str], lr: float) -> Trainer:
+                             devices: Sequence[str], lr: float, execution: str = "eager") -> Trainer:
         """The dataparallel mode (torch.nn.DataParallel): PyTorch's alone (KNOWN_GAPS)."""
         raise NotApplicable(registry.KNOWN_GAPS[(self.name, "dataparallel")])
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .experiments import EXPERIMENTS, MB
-from .report import colour, save_figure
+from .report import colour, load_lines, machine_lines, save_figure
 
 RECORD_GLOB = "*.devices.json"
 
@@ -191,28 +191,17 @@ def matmul_vs_numpy(records: list[dict]) -> list[tuple[str, int, float, float]]:
 
 def markdown_report(records: list[dict], command: str) -> str:
     gpu_reference(records)
-    env = next((r["env"] for r in records if r.get("env")), {}) or {}
-    libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items())
     first = records[0] if records else {}
     lines = [
         "# Device experiments: the chapters' GPU, asynchrony and parallelism experiments", "",
         f"Command: `{command}`", "",
-        f"Machine: {env.get('cpu_model', '?')} ({env.get('cpu_count', '?')} CPUs), "
-        f"GPU: {env.get('gpu_model') or 'none'}; {env.get('os', '?')}, Python {env.get('python', '?')}",
-        f"Libraries: {libs}", "",
+        *machine_lines(records), "",
         f"Each framework ran in a worker process of its own with {first.get('threads')} threads; "
         f"every time is the median of up to {first.get('repeat')} repeats after a warm-up (large "
         "measurements stop at 3 repeats past a few seconds), with the device synchronised "
         "before each clock read; min-max is the spread. Device kinds: "
         f"{', '.join(first.get('device_kinds') or [])}.", ""]
-    loads = [x for r in records for x in (r.get("load_avg") or [])]
-    if loads:
-        cpus = env.get("cpu_count") or 0
-        busy = (" (above the CPU count: other processes were competing for the cores, so the "
-                "times are inflated and noisy)" if max(loads) > cpus else
-                " (at most the CPU count: the machine was not oversubscribed)")
-        lines += [f"Load on the machine during the run (1-minute load average, {cpus or '?'} "
-                  f"CPUs): {min(loads):.1f} to {max(loads):.1f}{busy}.", ""]
+    lines += load_lines(records)
     no_gpu = sorted({r["framework"] for r in records
                      if any(n.endswith("sees no GPU here") for n in r.get("notes") or [])})
     if no_gpu:

@@ -10,6 +10,22 @@ from dataclasses import dataclass
 from . import models, registry
 from .contract import Backend, NotApplicable, Trainer
 
+# How a run's steps execute; each framework says how it does each one
+# (registry.Framework.executions) and which its modes run by default.
+EXECUTIONS = {
+    "eager": "op by op, as Python calls them",
+    "graph": "traced once into a dataflow graph that the runtime optimises, no compiler "
+             "(TensorFlow's tf.function)",
+    "compiled": "the framework's compiler or graph optimiser (torch.compile, XLA, MXNet "
+                "hybridize, Paddle to_static)",
+}
+
+
+def execution(framework: str, mode: str, asked: str | None) -> str:
+    """The execution a run uses: the one asked for, else the mode's default."""
+    defaults = registry.facts(framework).default_execution
+    return asked or defaults.get(mode, defaults["*"])
+
 
 @dataclass(frozen=True)
 class Mode(ABC):
@@ -24,10 +40,11 @@ class Mode(ABC):
         """How many processes a run on `devices` devices uses (one, unless per device)."""
         return 1
 
-    def gap(self, framework: str, sync_bn: bool = False) -> str | None:
+    def gap(self, framework: str, sync_bn: bool = False, execution: str | None = None) -> str | None:
         """Why this framework cannot run this mode (KNOWN_GAPS), or None."""
         return (registry.KNOWN_GAPS.get((framework, self.name))
-                or (registry.KNOWN_GAPS.get((framework, "sync-bn")) if sync_bn else None))
+                or (registry.KNOWN_GAPS.get((framework, "sync-bn")) if sync_bn else None)
+                or (registry.KNOWN_GAPS.get((framework, execution)) if execution else None))
 
     def precheck(self, backend: Backend, cfg, devices: list[str]) -> None:
         """Raise NotApplicable before any process starts where the run cannot go."""
@@ -46,7 +63,7 @@ class Scratch(Mode):
         model = models.get(cfg.model)
         from .scratch import ScratchTrainer
         return ScratchTrainer(backend, cfg.model, model.init_params(cfg.seed), model.init_state(),
-                              devices, cfg.lr)
+                              devices, cfg.lr, execution(backend.name, self.name, cfg.execution))
 
 
 class Native(Mode):
@@ -61,13 +78,15 @@ class Native(Mode):
         # on one device BatchNorm has nothing to synchronise with: the plain layer
         return backend.native_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed),
                                       devices, cfg.lr, rank, world,
-                                      sync_bn=cfg.sync_bn and cfg.devices > 1)
+                                      sync_bn=cfg.sync_bn and cfg.devices > 1,
+                                      execution=execution(backend.name, self.name, cfg.execution))
 
 
 class DataParallel(Mode):
     def trainer(self, backend, cfg, devices, rank=0, world=1):
         return backend.dataparallel_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed),
-                                            devices, cfg.lr)
+                                            devices, cfg.lr,
+                                            execution(backend.name, self.name, cfg.execution))
 
 
 class Model(Mode):
@@ -87,6 +106,10 @@ class Model(Mode):
         if cfg.sync_bn:
             raise NotApplicable("model mode puts each layer on one device: there is no replica "
                                 "to synchronise BatchNorm with")
+        ran = execution(backend.name, self.name, cfg.execution)
+        if ran != "eager":
+            raise NotApplicable(f"model mode runs its stages eagerly (each hands over to the next "
+                                f"between Python calls); no {ran!r} execution of it here")
         from .pipeline import stages
         stages(cfg.model, cfg.devices)        # NotApplicable: more stages than units
         if not 1 <= cfg.micro_batches <= cfg.batch_size:

@@ -13,7 +13,6 @@ The device API that already exists (`array`, `tensor`, `to_numpy`, `synchronize`
 """
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Sequence
 
@@ -138,11 +137,4 @@ def _launched_rank(framework: str, threads: int, fn: Callable, args: tuple) -> N
 
 def load(name: str) -> Ops:
     """`frameworks.<name>.ops.Ops` bound to the framework's backend, imported on demand."""
-    backend = registry.get(name)
-    # the package that defines the backend (frameworks.<name>) holds ops.py beside it
-    package = importlib.import_module(type(backend).__module__).__package__
-    module = importlib.import_module(package + ".ops")
-    cls = getattr(module, "Ops", None)
-    if not (isinstance(cls, type) and issubclass(cls, Ops)):
-        raise TypeError(f"{package}.ops must define `class Ops(common.ops.Ops)`")
-    return cls(backend)   # TypeError here names any abstract method it lacks
+    return registry.plugin(name, "ops", Ops)

@@ -193,22 +193,24 @@ class PipelineTrainer(Trainer):
                          for h in handles])
         return b.gather_floats(mine)[self.last] if self.world > 1 else mine
 
-    def predict(self, X):
+    def logits(self, X):
         b, last = self.backend, self.last
-        ids = np.zeros(len(X))
-        for c, i in enumerate(range(0, len(X), 1000)):
-            x = X[i:i + 1000]
-            for s in self.local:
-                r = self.replicas[s]
-                h = (b.tensor(x, r.device) if s == 0
-                     else self.link.recv(s, s - 1, ("eval", c), self._in_shape(s, len(x))))
-                out, _ = b.stage_forward(r, h, training=False)
-                if s < last:
-                    self.link.send(out, s, s + 1, ("eval", c))
-                else:
-                    ids[i:i + len(x)] = b.to_numpy(out).argmax(axis=1)
+        logits = None
+        for s in self.local:
+            r = self.replicas[s]
+            h = (b.tensor(X, r.device) if s == 0
+                 else self.link.recv(s, s - 1, "eval", self._in_shape(s, len(X))))
+            out, _ = b.stage_forward(r, h, training=False)
+            if s < last:
+                self.link.send(out, s, s + 1, "eval")
+            else:
+                logits = b.to_numpy(out)
         self.link.wait()
-        return (b.gather_floats(ids)[last] if self.world > 1 else ids).astype(np.int64)
+        if self.world > 1:       # the last stage's logits, on every rank
+            shape = (len(X), *self.stages[last].out_shape)
+            mine = logits.ravel() if logits is not None else np.zeros(int(np.prod(shape)))
+            logits = b.gather_floats(mine)[last].reshape(shape)
+        return logits
 
     def _whole(self) -> tuple[list, list]:
         if self.world > 1:

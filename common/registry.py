@@ -17,24 +17,50 @@ class Framework:
     extra: str                    # pip extra of this project
     native: str                   # how its native data parallelism runs
     native_processes: bool        # native mode runs one process per device
+    # how the framework runs each execution it has (common.modes.EXECUTIONS), and which
+    # one a mode runs when none is asked for ("*": every mode not named)
+    executions: dict[str, str]
+    default_execution: dict[str, str]
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("pytorch", "frameworks.pytorch", ("torch",), ("torch",), "pytorch",
               "torch.nn.parallel.DistributedDataParallel, one process per device "
-              "(gloo on CPU, nccl on GPU)", True),
+              "(gloo on CPU, nccl on GPU)", True,
+              {"eager": "PyTorch eager: autograd op by op",
+               "compiled": "torch.compile (TorchDynamo + inductor: C++/OpenMP kernels on CPU, "
+                           "Triton on GPUs)"},
+              {"*": "eager"}),
     Framework("tensorflow", "frameworks.tensorflow", ("tensorflow",), ("tensorflow",), "tensorflow",
               "tf.distribute.MirroredStrategy, custom loop with strategy.run and "
-              "strategy.reduce in a tf.function", False),
+              "strategy.reduce in a tf.function", False,
+              {"eager": "TensorFlow eager: ops run as Python calls them",
+               "graph": "tf.function: traced once into a TensorFlow graph (grappler, no XLA)",
+               "compiled": "XLA: each device's forward and backward in a "
+                           "tf.function(jit_compile=True), the rest in a tf.function"},
+              {"*": "graph", "model": "eager"}),
     Framework("mxnet", "frameworks.mxnet", ("mxnet",), ("mxnet",), "mxnet",
-              "gluon.Trainer over a context list, gradients reduced by a KVStore", False),
+              "gluon.Trainer over a context list, gradients reduced by a KVStore", False,
+              {"eager": "MXNet imperative NDArray ops under autograd.record (queued "
+                        "asynchronously to its engine)",
+               "compiled": "HybridBlock.hybridize(static_alloc, static_shape): a cached "
+                           "symbolic graph"},
+              {"*": "eager", "native": "compiled"}),
     Framework("paddle", "frameworks.paddle", ("paddle",), ("paddlepaddle", "paddlepaddle-gpu"),
               "paddle", "paddle.DataParallel, one process per device "
-              "(gloo on CPU, nccl on GPU)", True),
+              "(gloo on CPU, nccl on GPU)", True,
+              {"eager": "Paddle dynamic graph (dygraph): ops run as Python calls them",
+               "compiled": "paddle.jit.to_static: the forward as a static program, run by "
+                           "Paddle's executor"},
+              {"*": "eager"}),
     # Keras 3 runs here on its TensorFlow backend
     Framework("keras", "frameworks.keras", ("keras", "tensorflow"), ("keras", "tensorflow"), "keras",
               "model.fit under tf.distribute.MirroredStrategy "
-              "(keras.distribution.DataParallel needs the JAX backend)", False),
+              "(keras.distribution.DataParallel needs the JAX backend)", False,
+              {"eager": "Model.compile(run_eagerly=True): train_step op by op",
+               "graph": "Model.compile(jit_compile=False): train_step in a tf.function",
+               "compiled": "Model.compile(jit_compile=True): train_step compiled by XLA"},
+              {"*": "graph", "model": "eager"}),
 )}
 NAMES = tuple(FRAMEWORKS)
 
@@ -81,6 +107,21 @@ def get(name: str):
     return importlib.import_module(f.package).BACKEND
 
 
+def plugin(name: str, module: str, base: type):
+    """`frameworks.<name>.<module>.<base name>` (e.g. ops.py's `class Ops(common.ops.Ops)`)
+    bound to the framework's backend, imported on demand: the package that defines the
+    backend holds the module beside it. A class that misses an abstract method fails
+    here, loudly (TypeError naming the methods), not at the fifth call."""
+    backend = get(name)
+    package = importlib.import_module(type(backend).__module__).__package__
+    mod = importlib.import_module(f"{package}.{module}")
+    cls = getattr(mod, base.__name__, None)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise TypeError(f"{package}.{module} must define `class {base.__name__}"
+                        f"({base.__module__}.{base.__name__})`")
+    return cls(backend)
+
+
 # What a framework cannot do, with the reason, keyed by (framework, capability): a mode
 # name, or a feature such as "sync-bn". Checked both ways by the tests: each listed gap
 # must still raise NotApplicable, and no unlisted one may.
@@ -92,4 +133,9 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {
        for name in ("tensorflow", "mxnet", "keras")},
     ("paddle", "dataparallel"): "Paddle has no single-process multi-device data parallelism: "
                                 "paddle.DataParallel (its native mode) runs a process per device",
+    # executions (common.modes.EXECUTIONS) a framework does not have
+    ("pytorch", "graph"): "PyTorch's graph capture is its compiler (--execution compiled: "
+                          "torch.compile); TorchScript, the older graph mode, is deprecated",
+    ("mxnet", "graph"): "MXNet's graph mode is hybridize(), run as --execution compiled",
+    ("paddle", "graph"): "Paddle's graph mode is paddle.jit.to_static, run as --execution compiled",
 }

@@ -15,13 +15,42 @@ from rich.text import Text
 
 from .results import ok_repeats
 
-COLUMNS = ("framework", "model", "mode", "devices", "status", "test acc", "train loss", "sec/epoch",
-           "spread", "samples/s", "speed-up", "efficiency", "peak MB", "note")
+
+def machine_lines(records: list[dict]) -> list[str]:
+    """Where the records were measured: the machine and the library versions (two lines)."""
+    env = next((r["env"] for r in records if r.get("env")), {}) or {}
+    libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items())
+    return [f"Machine: {env.get('cpu_model', '?')} ({env.get('cpu_count', '?')} CPUs), "
+            f"GPU: {env.get('gpu_model') or 'none'}; {env.get('os', '?')}, Python {env.get('python', '?')}",
+            f"Libraries: {libs}"]
 
 
-SHORT = {"devices": "dev", "test acc": "test\nacc", "train loss": "train\nloss",
-         "sec/epoch": "sec/\nepoch", "samples/s": "img/s", "speed-up": "speed\n-up",
-         "efficiency": "eff.", "peak MB": "peak\nMB"}
+def load_lines(records: list[dict]) -> list[str]:
+    """The machine's 1-minute load average over the records' runs (`load_avg`: before
+    and after each), and what it means for the times; [] where none was recorded."""
+    loads = [x for r in records for x in (r.get("load_avg") or [])]
+    if not loads:
+        return []
+    env = next((r["env"] for r in records if r.get("env")), {}) or {}
+    cpus = env.get("cpu_count") or 0
+    busy = (" (above the CPU count: other processes were competing for the cores, so the "
+            "times are inflated and noisy)" if max(loads) > cpus else
+            " (at most the CPU count: the machine was not oversubscribed)")
+    return [f"Load on the machine during the run (1-minute load average, {cpus or '?'} "
+            f"CPUs): {min(loads):.1f} to {max(loads):.1f}{busy}.", ""]
+
+
+COLUMNS = ("framework", "model", "mode", "execution", "devices", "status", "test acc", "train loss",
+           "sec/epoch", "spread", "compile s", "samples/s", "speed-up", "efficiency", "peak MB", "note")
+
+
+SHORT = {"execution": "exec", "devices": "dev", "test acc": "test\nacc", "train loss": "train\nloss",
+         "sec/epoch": "sec/\nepoch", "compile s": "comp\n-ile s", "samples/s": "img/s",
+         "speed-up": "speed\n-up", "efficiency": "eff.", "peak MB": "peak\nMB"}
+
+
+# statuses shortened on the terminal (the notes under the table give the reasons)
+TERSE = {"not-applicable": "n/a", "not-installed": "missing"}
 
 
 def _median(xs):
@@ -65,7 +94,7 @@ def summarize(records: list[dict]) -> list[dict]:
     """One row per record; speed-up and scaling efficiency against the same
     framework's and mode's 1-device run of this comparison."""
     def key(r):
-        return r["framework"], r.get("model", "lenet"), r["mode"], bool(r.get("sync_bn"))
+        return r["framework"], r.get("model", "lenet"), r["mode"], r.get("execution"), bool(r.get("sync_bn"))
     timings = [timing(r) if r["status"] in ("ok", "failed", "interrupted") else timing({})
                for r in records]
     base = {key(r): t["sec"] for r, t in zip(records, timings) if r["devices"] == 1 and t["sec"]}
@@ -83,10 +112,13 @@ def summarize(records: list[dict]) -> list[dict]:
                     + ("; " + note if note else ""))
         rows.append({
             "framework": r["framework"], "model": r.get("model", "lenet"),
-            "mode": r["mode"] + (" sync-bn" if r.get("sync_bn") else ""), "devices": r["devices"],
+            "mode": r["mode"] + (" sync-bn" if r.get("sync_bn") else ""),
+            "execution": r.get("execution"), "devices": r["devices"],
             "status": r["status"], "test acc": r.get("test_accuracy") if r["status"] == "ok" else None,
             "train loss": r["train_loss"][-1] if r.get("train_loss") else None, "sec/epoch": sec,
             "spread": t["spread"], "noisy": t["noisy"], "runs": t["runs"],
+            "compile s": _median([x["compile_sec"] for x in repeat_figures(r)
+                                  if x.get("compile_sec") is not None]),
             "samples/s": t["samples"], "speed-up": speedup,
             "efficiency": speedup / ideal_speedup(r) if speedup else None,
             "device kind": r.get("device_kind"),
@@ -104,8 +136,12 @@ PIPELINE_COLUMNS = ("framework", "model", "stages", "M", "processes", "step s", 
 
 
 def pipeline_base(r: dict) -> tuple:
-    """A model-mode row is timed against the same framework's native 1-device run."""
-    return r["framework"], r.get("model", "lenet"), "native", bool(r.get("sync_bn"))
+    """A model-mode row is timed against the same framework's native 1-device run (in
+    native mode's default execution)."""
+    from . import modes, registry
+    execution = (modes.execution(r["framework"], "native", None)
+                 if r["framework"] in registry.FRAMEWORKS else None)
+    return r["framework"], r.get("model", "lenet"), "native", execution, bool(r.get("sync_bn"))
 
 
 def pipeline_figures(r: dict, t: dict) -> dict:
@@ -169,6 +205,8 @@ def _fmt(key, value):
         return f"{value:.4f}"
     if key in ("sec/epoch", "speed-up", "efficiency"):
         return f"{value:.2f}"
+    if key == "compile s":
+        return f"{value:.1f}"
     if key == "spread":
         return f"{value:.0%}"
     if key in ("samples/s", "peak MB"):
@@ -178,17 +216,24 @@ def _fmt(key, value):
 
 def table(rows: list[dict], title: str | None = None, markdown: bool = False) -> Table:
     """The summary table; on a terminal the notes go below it (see notes())."""
-    # the terminal table names the model in its title, to fit 80 columns
-    columns = COLUMNS if markdown else tuple(c for c in COLUMNS[:-1] if c != "model")
+    # To fit 80 columns the terminal table names the model in its title, and leaves out
+    # columns with nothing to show: no value in any row (spread without repeats), or
+    # speed-up and efficiency when every row is one device (1.00 by definition)
+    several = len({row["devices"] for row in rows}) > 1
+    columns = COLUMNS if markdown else tuple(
+        c for c in COLUMNS[:-1] if c != "model" and any(row[c] is not None for row in rows)
+        and (several or c not in ("speed-up", "efficiency")))
     t = (Table(title=title, box=box.MARKDOWN) if markdown else
          Table(title=title, box=box.SIMPLE_HEAD, padding=0, pad_edge=False,
                show_edge=False))
-    cells = [[_fmt(c, row[c]) for c in columns] for row in rows]
+    cells = [[_fmt(c, row[c]) if markdown or c != "status" else TERSE.get(row[c], row[c])
+              for c in columns] for row in rows]
     for i, c in enumerate(columns):
         # short two-line headers and no padding keep the terminal table within 80 columns
         header = c if markdown else SHORT.get(c, c)
         width = max([len(line) for line in header.splitlines()] + [len(r[i]) for r in cells])
-        t.add_column(header, justify="left" if c in ("framework", "mode", "status", "note") else "right",
+        t.add_column(header, justify="left" if c in ("framework", "mode", "execution", "status", "note")
+                     else "right",
                      no_wrap=c != "note", min_width=None if c == "note" else width)
     for r, row in zip(cells, rows):
         # text from data (errors, hints) shown literally; a noisy spread stands out
@@ -203,15 +248,14 @@ def notes(rows: list[dict]) -> list[str]:
     for row in rows:
         if row["note"]:
             by_note.setdefault(row["note"], []).append(
-                f"{row['framework']} {row['mode']} x{row['devices']}")
+                f"{row['framework']} {row['mode']} {row['execution'] or ''} x{row['devices']}"
+                .replace("  ", " "))
     return [f"{', '.join(names)}: {note}" for note, names in by_note.items()]
 
 
 def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
     buf = io.StringIO()
     Console(file=buf, width=400, color_system=None).print(table(rows, markdown=True))
-    env = next((r["env"] for r in records if r.get("env")), {})
-    libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items())
     cfg = records[0] if records else {}
     model_names = ", ".join(dict.fromkeys(r.get("model", "lenet") for r in records))
     if cfg.get("batch_per_device"):
@@ -223,9 +267,7 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
     return "\n".join([
         f"# Framework comparison: {model_names}, data-parallel training", "",
         f"Command: `{command}`", "",
-        f"Machine: {env.get('cpu_model', '?')} ({env.get('cpu_count', '?')} CPUs), "
-        f"GPU: {env.get('gpu_model') or 'none'}; {env.get('os', '?')}, Python {env.get('python', '?')}",
-        f"Libraries: {libs}", "",
+        *machine_lines(records), "",
         f"Dataset {cfg.get('dataset')}, {cfg.get('epochs')} epoch(s), {batch}, "
         f"seed {cfg.get('seed')}, {cfg.get('threads')} threads per run"
         + (f", test accuracy on the first {cfg['eval_samples']} test images" if cfg.get("eval_samples")
@@ -256,7 +298,12 @@ def definitions(rows: list[dict], records: list[dict]) -> list[str]:
         + ". samples/s: training images per epoch over that same sec/epoch.",
         f"spread: (max - min) / median of the repeats' sec/epoch ('-' for a single run); above "
         f"{NOISE_THRESHOLD:.0%} the row is marked noisy.",
-        "speed-up: the same framework and mode's 1-device sec/epoch over this row's. "
+        "execution: how the steps ran (eager: op by op; graph: TensorFlow's tf.function; "
+        "compiled: torch.compile, XLA, MXNet hybridize, Paddle to_static), each record naming "
+        "the framework's mechanism; without --execution, what each mode runs by default. "
+        "compile s: what tracing and compiling cost, paid once: the first warm-up step's time "
+        "over the last one's (not in sec/epoch).",
+        "speed-up: the same framework, mode and execution's 1-device sec/epoch over this row's. "
         "efficiency: speed-up over the ideal the hardware allows: k on k GPUs, 1 on a CPU.",
     ]
     if any(r["devices"] > 1 and r.get("device kind") != "gpu" for r in rows):
@@ -288,7 +335,7 @@ def _style(r: dict) -> dict:
 
 def _label(r: dict) -> str:
     return (f"{r['framework']} {r['mode']}" + (" sync-bn" if r.get("sync_bn") else "")
-            + f" x{r['devices']}")
+            + (f" {r['execution']}" if r.get("execution") else "") + f" x{r['devices']}")
 
 
 def plots(records: list[dict], out_dir: Path) -> list[Path]:
@@ -358,13 +405,14 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
     counts = sorted({r["devices"] for r in ok})
     if len(counts) > 1:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for key in dict.fromkeys((r["framework"], r.get("model", "lenet"), r["mode"],
-                                  bool(r.get("sync_bn"))) for r in ok):
+        def curve(r):
+            return (r["framework"], r.get("model", "lenet"), r["mode"], r.get("execution"),
+                    bool(r.get("sync_bn")))
+        for key in dict.fromkeys(curve(r) for r in ok):
             pts = [(r["devices"], row["speed-up"]) for r, row in zip(ok, rows)
-                   if (r["framework"], r.get("model", "lenet"), r["mode"], bool(r.get("sync_bn"))) == key
-                   and row["speed-up"]]
+                   if curve(r) == key and row["speed-up"]]
             if pts:
-                ax.plot(*zip(*pts), label=" ".join(str(k) for k in key[:3] if k != "lenet"),
+                ax.plot(*zip(*pts), label=" ".join(str(k) for k in key[:4] if k not in ("lenet", None)),
                         **_style({"framework": key[0], "mode": key[2], "devices": 2}))
         gpu = all(r.get("device_kind") == "gpu" for r in ok)
         ax.plot(counts, [c if gpu else 1 for c in counts], color="grey", lw=3, alpha=0.5,
@@ -391,7 +439,8 @@ DEFAULT_NOISE = 0.15
 
 
 def _key(r: dict) -> tuple:
-    return (r["framework"], r.get("model", "lenet"), r["mode"], bool(r.get("sync_bn")), r["devices"])
+    return (r["framework"], r.get("model", "lenet"), r["mode"], r.get("execution"),
+            bool(r.get("sync_bn")), r["devices"])
 
 
 def _spread(r: dict) -> float:
@@ -418,7 +467,8 @@ def compare_folders(before: list[dict], after: list[dict], noise: float = DEFAUL
         verdict = ("slower" if ratio > 1 + band else "faster" if ratio < 1 / (1 + band)
                    else "within noise")
         rows.append({"framework": r["framework"], "model": r.get("model", "lenet"),
-                     "mode": r["mode"] + (" sync-bn" if r.get("sync_bn") else ""),
+                     "mode": r["mode"] + (" sync-bn" if r.get("sync_bn") else "")
+                     + (f" {r['execution']}" if r.get("execution") else ""),
                      "devices": r["devices"], "before": ta, "after": tb, "ratio": ratio,
                      "noise": band, "verdict": verdict})
     return rows

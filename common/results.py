@@ -11,6 +11,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import modes, registry
 
 STATUSES = ("ok", "failed", "diverged", "interrupted", "not-installed", "not-applicable")
 FAILED = ("failed", "diverged")     # statuses that make compare exit 1
@@ -18,10 +19,10 @@ FAILED = ("failed", "diverged")     # statuses that make compare exit 1
 RECORD_KEYS = (
     # what was run
     "framework", "framework_version", "model", "mode", "devices", "device_names", "device_kind",
-    "processes", "native_mechanism", "dataset", "epochs", "batch_size", "batch_per_device",
+    "processes", "native_mechanism", "execution", "execution_mechanism", "dataset", "epochs", "batch_size", "batch_per_device",
     "scaling", "lr", "sync_bn", "seed", "threads", "eval_samples",
     # what it measured
-    "warmup_sec", "estimated_sec_per_epoch", "sec_per_epoch", "steps_per_epoch",
+    "warmup_sec", "compile_sec", "estimated_sec_per_epoch", "sec_per_epoch", "steps_per_epoch",
     "samples_per_sec", "eval_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
     "step_losses", "peak_memory_mb", "peak_memory_source", "diverged_step", "last_finite_loss",
     # model mode (the pipeline, common/pipeline.py); None in the other modes but micro_batches
@@ -36,7 +37,7 @@ STEP_LOSSES_KEPT = 50
 COMPARE_KEYS = ("repeats", "repeat_planned")
 # the figures of one repeat, kept for each in a record's "repeats"
 REPEAT_KEYS = ("status", "error", "sec_per_epoch", "steps_per_epoch", "samples_per_sec",
-               "warmup_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
+               "warmup_sec", "compile_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
                "peak_memory_mb", "diverged_step", "last_finite_loss")
 
 
@@ -45,6 +46,8 @@ class RunConfig:
     framework: str
     mode: str                      # a name in common.modes.MODES
     devices: int
+    # a name in common.modes.EXECUTIONS; None: what the mode runs by default
+    execution: str | None = None
     model: str = "lenet"           # a name in common.models.NAMES
     dataset: str = "fashion-mnist"
     data_dir: str | None = None
@@ -66,10 +69,17 @@ class RunConfig:
         return asdict(self)
 
 
+def _execution(cfg: RunConfig) -> str | None:
+    """The execution a run uses (the mode's default when none was asked for)."""
+    known = cfg.framework in registry.FRAMEWORKS and cfg.mode in modes.MODES
+    return modes.execution(cfg.framework, cfg.mode, cfg.execution) if known else cfg.execution
+
+
 def new_record(cfg: RunConfig) -> dict:
     """A record with every key, filled from the config; the run fills in the rest."""
     record = dict.fromkeys(RECORD_KEYS)
     record.update(framework=cfg.framework, model=cfg.model, mode=cfg.mode, devices=cfg.devices,
+                  execution=_execution(cfg),
                   dataset=cfg.dataset, epochs=cfg.epochs, batch_size=cfg.batch_size,
                   batch_per_device=cfg.batch_per_device,
                   scaling="weak" if cfg.batch_per_device else "fixed", lr=cfg.lr,
@@ -140,7 +150,14 @@ def framework_version(framework: str, env: dict) -> str | None:
 def record_filename(record: dict) -> str:
     model = "" if record.get("model", "lenet") == "lenet" else f"{record['model']}-"
     sync = "-syncbn" if record.get("sync_bn") else ""
-    return f"{model}{record['framework']}-{record['mode']}{sync}-{record['devices']}dev.json"
+    # an execution other than the mode's default is named (a default run's file keeps
+    # its name, whether or not --execution named it)
+    ran = record.get("execution")
+    known = record["framework"] in registry.FRAMEWORKS and record["mode"] in modes.MODES
+    execution = (f"-{ran}" if ran and known and
+                 ran != modes.execution(record["framework"], record["mode"], None) else "")
+    return (f"{model}{record['framework']}-{record['mode']}{sync}{execution}-"
+            f"{record['devices']}dev.json")
 
 
 def ok_repeats(record: dict) -> list[dict]:
@@ -176,7 +193,11 @@ def load_records(directory: str | os.PathLike) -> list[dict]:
     records = [read_record(p) for p in Path(directory).glob("*dev.json")]
     order = {n: i for i, n in enumerate(NAMES)}
     from .modes import NAMES as MODES
+    executions = list(modes.EXECUTIONS)
     return sorted(records, key=lambda r: (r.get("model", "lenet"),
                                           order.get(r["framework"], len(order)),
                                           MODES.index(r["mode"]) if r["mode"] in MODES else 99,
-                                          bool(r.get("sync_bn")), r["devices"]))
+                                          bool(r.get("sync_bn")),
+                                          executions.index(r["execution"])
+                                          if r.get("execution") in executions else -1,
+                                          r["devices"]))

@@ -1,14 +1,15 @@
 """Scratch mode, written once for every framework: the chapter's train_batch on
 the backend's primitives (split_batch, a forward and backward pass per shard,
 allreduce, SGD), and the trainer that drives it. A framework may bind
-train_batch differently (TensorFlow compiles it into one graph) but not change it."""
+train_batch differently (Backend.bind_train_batch: TensorFlow traces it into one
+graph) but not change it."""
 from __future__ import annotations
 
 from typing import Sequence
 
 import numpy as np
 
-from .contract import Backend, Replica, Trainer, predict_in_batches
+from .contract import Backend, Replica, Trainer
 
 
 def train_batch(b: Backend, X, y, replicas: list[Replica], devices: Sequence[str], lr: float):
@@ -28,25 +29,28 @@ def train_batch(b: Backend, X, y, replicas: list[Replica], devices: Sequence[str
 
 class ScratchTrainer(Trainer):
     def __init__(self, backend: Backend, model: str, params: Sequence[np.ndarray],
-                 state: Sequence[np.ndarray], devices: Sequence[str], lr: float):
+                 state: Sequence[np.ndarray], devices: Sequence[str], lr: float,
+                 execution: str = "eager"):
         self.backend, self.model, self.devices, self.lr = backend, model, list(devices), lr
         self.replicas = [backend.get_params(params, d, model, state) for d in self.devices]
+        for r in self.replicas:
+            r.execution = execution
+        self._train_batch = backend.bind_train_batch(train_batch, self.replicas, self.devices,
+                                                     lr, execution)
 
     def step(self, X, y):
         b = self.backend
         # The batch arrives on the host, as from a data loader; split_batch scatters it.
-        return b.train_batch(b.tensor(X, "cpu:0"), b.tensor(y, "cpu:0"),
-                             self.replicas, self.devices, self.lr)
+        return self._train_batch(b.tensor(X, "cpu:0"), b.tensor(y, "cpu:0"))
 
     def losses(self, handles):
         self.backend.synchronize()
         return np.array([float(np.asarray(self.backend.to_numpy(h)).reshape(()))
                          for h in handles])
 
-    def predict(self, X):
+    def logits(self, X):
         b, d = self.backend, self.devices[0]
-        return predict_in_batches(
-            lambda x: b.to_numpy(b.forward(self.model, self.replicas[0], b.tensor(x, d))), X)
+        return b.to_numpy(b.forward(self.model, self.replicas[0], b.tensor(X, d)))
 
     def replica_params(self):
         return [self.backend.read_params(r) for r in self.replicas]

@@ -54,17 +54,22 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     # then every replica goes back to the initial weights so the run is unchanged.
     # Its last step, timed alone, gives the estimate a user sees before a long run.
     warmup = orders[0][: cfg.warmup_steps]
+    step_secs = []
     backend.synchronize()
-    t0 = t_last = time.perf_counter()
+    t0 = time.perf_counter()
     for i in range(len(warmup)):
-        t_last = time.perf_counter()
+        t_step = time.perf_counter()
         trainer.losses(trainer.train_epoch(ds.X_train, ds.y_train, warmup[i:i + 1], lambda: None))
-    backend.synchronize()
-    t1 = time.perf_counter()
-    out["warmup_sec"] = t1 - t0
+        backend.synchronize()
+        step_secs.append(time.perf_counter() - t_step)
+    out["warmup_sec"] = time.perf_counter() - t0
     if len(warmup):
-        out["estimated_sec_per_epoch"] = (t1 - t_last) * len(orders[0])
+        out["estimated_sec_per_epoch"] = step_secs[-1] * len(orders[0])
         on_estimate(out["estimated_sec_per_epoch"])
+    # What tracing and compiling cost, paid once: the first step over a later one's
+    # time (a compiled execution compiles in its first step; an eager one's first
+    # step only warms allocators and caches)
+    out["compile_sec"] = max(0.0, step_secs[0] - step_secs[-1]) if len(step_secs) > 1 else None
     trainer.load_params(params0, state0)
 
     done = 0
@@ -158,7 +163,7 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
     record["env"] = env_info()
     record["framework_version"] = framework_version(cfg.framework, record["env"])
     mode = MODES[cfg.mode]
-    gap = mode.gap(cfg.framework, cfg.sync_bn)
+    gap = mode.gap(cfg.framework, cfg.sync_bn, record["execution"])
     try:
         backend = registry.get(cfg.framework)
     except registry.NotInstalled as e:
@@ -194,6 +199,7 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
         record["device_kind"] = record["device_names"][0].split(":")[0]
         record["processes"] = processes
         record["native_mechanism"] = backend.facts.native if cfg.mode == "native" else None
+        record["execution_mechanism"] = backend.facts.executions.get(record["execution"])
         record["peak_memory_mb"] = peak if peak is not None else _max_rss_mb()
         record["peak_memory_source"] = "device allocator" if peak is not None else "process max RSS"
         record["status"] = "ok"

@@ -15,7 +15,7 @@ import traceback
 
 import numpy as np
 
-from common import devices as dev, models, registry
+from common import devices as dev, models, modes, registry
 from common.contract import NeedsGPU, NotApplicable
 
 CHECKS = {}   # name -> (function, needs, per_model)
@@ -232,9 +232,13 @@ def scratch_two_devices_match_oracle(b, name):
     batches = [_batch(n, seed=s) for s in range(CHECK_STEPS[name])]
     lr = CHECK_LR
     want_losses, want_params = models.sgd_steps(model, params, batches, lr, shards=2)
+    from common.scratch import train_batch
+    execution = modes.execution(b.name, "scratch", None)
+    step2, step1 = (b.bind_train_batch(train_batch, reps, devices, lr, execution)
+                    for reps, devices in ((rep2, two), (rep1, one)))
     for step, (X, y) in enumerate(batches):
-        l2 = b.train_batch(b.tensor(X, "cpu:0"), b.tensor(y, "cpu:0"), rep2, two, lr)
-        l1 = b.train_batch(b.tensor(X, "cpu:0"), b.tensor(y, "cpu:0"), rep1, one, lr)
+        l2 = step2(b.tensor(X, "cpu:0"), b.tensor(y, "cpu:0"))
+        l1 = step1(b.tensor(X, "cpu:0"), b.tensor(y, "cpu:0"))
         b.synchronize()
         _close(f"step {step} loss vs the per-shard oracle", b.to_numpy(l2), want_losses[step],
                tol["step_loss"])
@@ -251,42 +255,105 @@ def scratch_two_devices_match_oracle(b, name):
                floor)
 
 
+@check(needs="scratch")
+def scratch_trainer_matches_oracle(b, name):
+    """The scratch trainer on 2 devices, in its default execution, the same way as the
+    native trainer below: steps, state, evaluation, load_params."""
+    _trainer_matches_oracle(b, name, "scratch", None)
+
+
 @check()
 def native_trainer_matches_oracle(b, name):
     """The native trainer in this process (2 devices where the framework runs them in
-    one process, else 1): its replicas agree and its steps equal the oracle's (per
-    shard); its load_params resets every replica."""
+    one process, else 1), in its default execution: its replicas agree, its steps equal
+    the oracle's (per shard), its evaluation is the oracle's; load_params resets every
+    replica."""
+    _trainer_matches_oracle(b, name, "native", None)
+
+
+@check()
+def every_execution_matches_oracle(b, name):
+    """Each execution the framework has (eager, graph, compiled), in each mode it has,
+    other than the defaults that the checks above cover: the same steps, state and
+    evaluation as the oracle, so compiled steps equal eager ones within the float32
+    tolerances."""
+    ran = []
+    for mode in ("scratch", "native"):
+        if (b.name, mode) in registry.KNOWN_GAPS:
+            continue
+        default = modes.execution(b.name, mode, None)
+        for execution in modes.EXECUTIONS:
+            if execution != default and (b.name, execution) not in registry.KNOWN_GAPS:
+                _trainer_matches_oracle(b, name, mode, execution)
+                ran.append(f"{mode} {execution}")
+    assert ran, f"{b.name} has no execution besides its defaults"
+
+
+def _trainer(b, name, mode, execution, params, n):
+    if mode == "native":
+        return b.native_trainer(name, params, b.devices(n), CHECK_LR, execution=execution)
+    from common.scratch import ScratchTrainer
+    return ScratchTrainer(b, name, params, models.get(name).init_state(), b.devices(n), CHECK_LR,
+                          execution or modes.execution(b.name, mode, None))
+
+
+def _trainer_matches_oracle(b, name, mode, execution):
     model, tol = models.get(name), TOLERANCES[name]
-    n = 1 if b.facts.native_processes else 2
+    n = 1 if (mode == "native" and b.facts.native_processes) else 2
     params = _nontrivial_params(model)
-    trainer = b.native_trainer(name, params, b.devices(n), CHECK_LR)
+    try:
+        trainer = _trainer(b, name, mode, execution, params, n)
+    except NeedsGPU:
+        if b.num_gpus():
+            raise
+        n = 1                  # the execution runs on one CPU device only (a NeedsGPU gap)
+        trainer = _trainer(b, name, mode, execution, params, n)
+    what = f"{mode} {execution or 'default'}"
     batches = [_batch(ORACLE_BATCH[name], seed=s) for s in range(CHECK_STEPS[name])]
     want_state = [s.astype(np.float64) for s in model.init_state()]   # follows the first shard
     want_losses, want_params = models.sgd_steps(model, params, batches, CHECK_LR, state=want_state,
                                                 shards=n, unbiased_running_var=_unbiased(b, name))
     handles = [trainer.step(X, y) for X, y in batches]
-    _close("native step losses vs the oracle", trainer.losses(handles), want_losses, tol["step_loss"])
+    _close(f"{what} step losses vs the oracle", trainer.losses(handles), want_losses, tol["step_loss"])
     replicas = trainer.replica_params()
     assert len(replicas) == n, f"{len(replicas)} replicas for {n} devices"
     for pname, *copies in zip(model.PARAM_NAMES, *replicas):
         for c in copies[1:]:
-            np.testing.assert_array_equal(copies[0], c, err_msg=f"replicas differ in {pname}")
+            np.testing.assert_array_equal(copies[0], c, err_msg=f"{what}: replicas differ in {pname}")
     floor = _update_floor(tol, params, want_params)
     for pname, p, w in zip(model.PARAM_NAMES, replicas[0], want_params):
-        _close(f"native {pname} after {len(batches)} steps vs the oracle", p, w, tol["params"],
+        _close(f"{what} {pname} after {len(batches)} steps vs the oracle", p, w, tol["params"],
                floor)
     # each replica's running statistics follow its own shard (no sync-bn here); the
     # first replica's equal the oracle's on the first shard
     for sname, st, w in zip(model.STATE_NAMES, trainer.replica_state()[0], want_state):
-        _close(f"native {sname} after {len(batches)} steps vs the oracle", st, w, tol["state"])
+        _close(f"{what} {sname} after {len(batches)} steps vs the oracle", st, w, tol["state"])
+    _evaluation_matches_oracle(trainer, model, tol, what)
     trainer.load_params(params, model.init_state())
     for replica in trainer.replica_params():
         for pname, p, w in zip(model.PARAM_NAMES, replica, params):
-            np.testing.assert_array_equal(p, w, err_msg=f"load_params did not reset {pname}")
+            np.testing.assert_array_equal(p, w, err_msg=f"{what}: load_params did not reset {pname}")
     for replica in trainer.replica_state():
         for sname, s, w in zip(model.STATE_NAMES, replica, model.init_state()):
-            np.testing.assert_array_equal(s, w, err_msg=f"load_params did not reset {sname}")
-    assert trainer.predict(batches[0][0]).shape == (len(batches[0][0]),)
+            np.testing.assert_array_equal(s, w, err_msg=f"{what}: load_params did not reset {sname}")
+
+
+def _evaluation_matches_oracle(trainer, model, tol, what):
+    """The trainer's evaluation logits are the oracle's evaluation-mode forward with the
+    trainer's own parameters and running statistics (an evaluation that normalised with
+    the batch's statistics instead would differ by far more than float32 rounding), its
+    predictions their argmax, and evaluating changes no parameter or state."""
+    params, state = trainer.replica_params()[0], trainer.replica_state()[0]
+    X, _ = _batch(ORACLE_BATCH[model.NAME], seed=7)
+    want = model.forward(params, X, state=[s.astype(np.float64) for s in state], training=False)
+    _close(f"{what} evaluation logits vs the oracle's evaluation forward", trainer.logits(X), want,
+           tol["logits"])
+    np.testing.assert_array_equal(trainer.predict(X), np.asarray(trainer.logits(X)).argmax(axis=1),
+                                  err_msg=f"{what}: predict is not the argmax of the logits")
+    for pname, p, q in zip(model.PARAM_NAMES, params, trainer.replica_params()[0]):
+        np.testing.assert_array_equal(p, q, err_msg=f"{what}: evaluating changed {pname}")
+    for sname, s, q in zip(model.STATE_NAMES, state, trainer.replica_state()[0]):
+        np.testing.assert_array_equal(s, q, err_msg=f"{what}: evaluating changed {sname}")
 
 
 # Micro-batch counts of the model-mode checks (2 stages): for LeNet any M is the
@@ -339,7 +406,7 @@ def model_mode_matches_oracle(b, name):
             assert gap > 100 * tol["step_loss"] * abs(full), (
                 f"M={M}: BatchNorm per micro-batch should differ from the full batch's; "
                 f"the first loss differs by only {gap:.1e}")
-        assert trainer.predict(batches[0][0]).shape == (len(batches[0][0]),)
+        _evaluation_matches_oracle(trainer, model, tol, f"model mode M={M}")
 
 
 @check(needs="model")
@@ -370,9 +437,17 @@ def _gap_probes(b):
     lenet = models.get("lenet")
     params, devices = lenet.init_params(0), b.devices(1)
     with_state = [m for m in models.NAMES if models.get(m).STATE_NAMES]
+    from common.scratch import train_batch
+    X, y = _batch(8)
+
+    def one_step(execution):
+        mode = "native" if (b.name, "scratch") in registry.KNOWN_GAPS else "scratch"
+        trainer = _trainer(b, "lenet", mode, execution, params, 1)
+        trainer.losses([trainer.step(X, y)])
     return {
         "scratch": [lambda: b.get_params(params, devices[0]), lambda: b.allreduce([]),
-                    lambda: b.train_batch(None, None, [], devices, 0.2)],
+                    lambda: b.bind_train_batch(train_batch, [], devices, 0.2, "eager")],
+        **{e: [lambda e=e: one_step(e)] for e in modes.EXECUTIONS},
         "dataparallel": [lambda: b.dataparallel_trainer("lenet", params, devices, 0.2)],
         "model": [lambda: _pipeline(b, "lenet", params, 2).step(*_batch(4))],
         "sync-bn": [lambda: b.native_trainer(

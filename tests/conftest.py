@@ -73,9 +73,25 @@ def interrupt(args: list[str], out: Path, ready, settle: float) -> str:
     return stderr
 
 
-@pytest.fixture(scope="session")
-def conformance(tmp_path_factory):
-    """framework -> {check: result}, each framework's checks run once, in its own process."""
+def incomplete_subclass_error(module: str, base: str, defined: str) -> str:
+    """The TypeError that instantiating a subclass of module.base defining only the
+    method `defined` gives (an incomplete framework must fail loudly, naming what it
+    lacks), printed by a fresh process."""
+    code = (f"from {module} import {base}\n"
+            f"class Half({base}):\n"
+            f"    def {defined}(self, *args): return None\n"
+            "class B: name = 'half'\n"
+            "try:\n"
+            "    Half(B())\n"
+            "except TypeError as e:\n"
+            "    print(e)\n")
+    proc = run_python(["-c", code])
+    return proc.stdout + proc.stderr
+
+
+def per_framework(tmp_path_factory, module: str, threads: int = 2, timeout: int = 600):
+    """framework -> the JSON that `python -m module FRAMEWORK OUT_JSON` writes, run once
+    per framework, each in its own process."""
     cache = {}
 
     def get(framework):
@@ -83,14 +99,20 @@ def conformance(tmp_path_factory):
             if not registry.is_installed(framework):
                 pytest.fail(f"{framework} is required here but not installed "
                             f"({registry.install_hint(framework)})")
-            out = tmp_path_factory.mktemp("conformance") / f"{framework}.json"
-            proc = run_python(["-m", "tests.conformance", framework, str(out)], threads=2)
+            out = tmp_path_factory.mktemp(module.rpartition(".")[2]) / f"{framework}.json"
+            proc = run_python(["-m", module, framework, str(out)], threads=threads, timeout=timeout)
             if proc.returncode != 0 or not out.exists():
-                pytest.fail(f"{framework}: conformance process failed (exit {proc.returncode}):\n"
+                pytest.fail(f"{framework}: {module} process failed (exit {proc.returncode}):\n"
                             + proc.stderr[-3000:])
             cache[framework] = json.loads(out.read_text())
         return cache[framework]
     return get
+
+
+@pytest.fixture(scope="session")
+def conformance(tmp_path_factory):
+    """framework -> {check: result}, each framework's checks run once, in its own process."""
+    return per_framework(tmp_path_factory, "tests.conformance")
 
 
 # The batch and learning rate of the tests' worker runs, per model: LeNet's are the
@@ -104,17 +126,20 @@ RUN_SHAPE = {"lenet": {"batch_size": 256, "lr": 0.2, "steps_per_epoch": 20},
 
 @pytest.fixture(scope="session")
 def worker_record(tmp_path_factory):
-    """(framework, mode, devices, model, steps, sync_bn, micro_batches) -> the record of a
-    real worker run on synthetic data, run once and shared by the tests that need it."""
+    """(framework, mode, devices, model, steps, sync_bn, execution, micro_batches) -> the
+    record of a real worker run on synthetic data, run once and shared by the tests that
+    need it."""
     cache = {}
 
-    def get(framework, mode, devices, model="lenet", steps=None, sync_bn=False, micro_batches=1):
-        key = (framework, mode, devices, model, steps, sync_bn, micro_batches)
+    def get(framework, mode, devices, model="lenet", steps=None, sync_bn=False, execution=None,
+            micro_batches=1):
+        key = (framework, mode, devices, model, steps, sync_bn, execution, micro_batches)
         if key not in cache:
             if not registry.is_installed(framework):
                 pytest.fail(f"{framework} is required here but not installed")
             out = tmp_path_factory.mktemp("runs") / f"{framework}-{mode}-{devices}.json"
             cfg = {"framework": framework, "mode": mode, "devices": devices, "model": model,
+                   "execution": execution,
                    "dataset": "synthetic", "epochs": 1, "sync_bn": sync_bn, "threads": 2,
                    "micro_batches": micro_batches,
                    **RUN_SHAPE[model]}

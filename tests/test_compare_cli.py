@@ -21,6 +21,10 @@ BAD_INPUT = [
     (["--lr", "-0.1"], "must be a finite number above 0"),
     (["--lr", "inf"], "must be a finite number above 0"),
     (["--framework", "pytorch,,mxnet"], "has an empty name"),
+    (["--mode", "scratch,"], "--mode 'scratch,' has an empty name"),
+    (["--mode", "scratch,pipeline"], "unknown mode 'pipeline'"),
+    (["--execution", "jit"], "unknown execution 'jit'"),
+    (["--execution", "eager,,compiled"], "--execution 'eager,,compiled' has an empty name"),
     (["--out", "/proc/x/y"], "--out /proc/x/y cannot be created or written"),
 ]
 
@@ -86,7 +90,7 @@ def test_install_hints_are_shown_literally(tmp_path):
     record.update(status="not-installed", error="not installed: pip install -e '.[paddle]'")
     rows = report.summarize([record])
     buf = io.StringIO()
-    Console(file=buf, width=200).print(report.table(rows, markdown=True))
+    Console(file=buf, width=400).print(report.table(rows, markdown=True))
     assert "pip install -e '.[paddle]'" in buf.getvalue()
     assert "pip install -e '.[paddle]'" in report.markdown_report(rows, [record], "compare")
 
@@ -149,3 +153,35 @@ def test_comparing_folders_flags_a_slowdown(tmp_path):
     bad = run_python(["-m", "benchmarks.report", str(first), str(slow), "--fail-on-slower"])
     assert bad.returncode == 1 and "slower" in bad.stdout, bad.stdout + bad.stderr
     assert "slower" in (slow / "comparison.md").read_text()
+
+
+def test_executions_name_the_rows_and_a_default_runs_once():
+    """--execution lists are rows of their own, named in the file name unless they are
+    the mode's default (which is then the one default run)."""
+    from benchmarks.compare import Plan, build_parser
+    from common.results import new_record, record_filename
+    args = build_parser().parse_args(["--framework", "pytorch,tensorflow", "--mode", "scratch",
+                                      "--execution", "default,eager,graph", "--dataset", "synthetic"])
+    files = [record_filename(new_record(c)) for c in Plan.from_args(
+        args, ["pytorch", "tensorflow"], ["scratch"], [1]).configs()]
+    assert files == ["pytorch-scratch-1dev.json", "pytorch-scratch-graph-1dev.json",
+                     "tensorflow-scratch-1dev.json", "tensorflow-scratch-eager-1dev.json"], files
+    records = [new_record(c) for c in Plan.from_args(
+        args, ["pytorch", "tensorflow"], ["scratch"], [1]).configs()]
+    assert [r["execution"] for r in records] == ["eager", "graph", "graph", "eager"]
+
+
+def test_a_framework_without_an_execution_says_so(tmp_path):
+    """PyTorch has no graph execution apart from its compiler: a not-applicable row with
+    the listed reason, and the comparison still succeeds."""
+    if not registry.is_installed("pytorch"):
+        pytest.skip("needs pytorch")
+    out = tmp_path / "out"
+    proc = run_python(["-m", "benchmarks.compare", "--framework", "pytorch", "--mode", "scratch",
+                       "--execution", "graph", "--dataset", "synthetic", "--steps-per-epoch", "2",
+                       "--eval-samples", "100", "--no-plots", "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((out / "pytorch-scratch-graph-1dev.json").read_text())
+    assert record["status"] == "not-applicable"
+    assert record["error"] == registry.KNOWN_GAPS[("pytorch", "graph")]
+    assert "execution" in (out / "report.md").read_text()

@@ -13,12 +13,14 @@ import pytest
 
 from common import registry
 from common.experiments import EXPERIMENTS
-from tests.conftest import ROOT, covered, interrupt, run_python, subprocess_env, usage_error
+from tests.conftest import (ROOT, covered, incomplete_subclass_error, interrupt, run_python,
+                            subprocess_env, usage_error)
 
 BAD_INPUT = [
     (["--framework", "caffe"], "unknown framework 'caffe'"),
     (["--experiment", "matmul,gemv"], "unknown experiment 'gemv'"),
-    (["--experiment", ","], "--experiment is empty"),
+    (["--experiment", ","], "--experiment ',' has an empty name"),
+    (["--framework", "pytorch,"], "--framework 'pytorch,' has an empty name"),
     (["--device", "tpu"], "argument --device: invalid choice"),
     (["--repeat", "0"], "must be at least 1"),
     (["--out", "/proc/devices-out"], "cannot be created or written"),
@@ -31,16 +33,8 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
 
 
 def test_an_incomplete_backend_fails_loudly():
-    code = ("from common.ops import Ops\n"
-            "class Half(Ops):\n"
-            "    def visible_devices(self, kind): return ['cpu:0']\n"
-            "class B: name = 'half'\n"
-            "try:\n"
-            "    Half(B())\n"
-            "except TypeError as e:\n"
-            "    print(e)\n")
-    proc = run_python(["-c", code])
-    assert "abstract" in proc.stdout and "matmul" in proc.stdout, proc.stdout + proc.stderr
+    error = incomplete_subclass_error("common.ops", "Ops", "visible_devices")
+    assert "abstract" in error and "matmul" in error, error
 
 
 def test_the_device_modules_import_no_framework():

@@ -9,7 +9,8 @@ def test_importing_common_and_benchmarks_imports_no_framework():
     code = ("import sys, common, common.contract, common.data, common.launcher, common.modes, "
             "common.models, common.models.lenet, common.registry, "
             "common.report, common.results, common.scratch, common.training, "
-            "benchmarks.compare, benchmarks.worker\n"
+            "common.scopes, common.pipeline, benchmarks.compare, benchmarks.worker, "
+            "benchmarks.device_scopes, benchmarks.device_scopes_worker, benchmarks.pipeline\n"
             "common.registry.installed(), common.results.env_info()\n"
             "imports = {m for f in common.registry.FRAMEWORKS.values() for m in f.imports}\n"
             "loaded = [m for m in sorted(imports | {'jax'}) if m in sys.modules]\n"
@@ -32,9 +33,21 @@ def test_known_but_missing_names_the_pip_extra(monkeypatch):
 
 
 def test_every_known_gap_names_a_framework_and_capability():
-    from common.modes import MODES
+    from common.modes import EXECUTIONS, MODES
     for (framework, capability), reason in registry.KNOWN_GAPS.items():
-        assert framework in registry.NAMES and capability in (*MODES, "sync-bn") and reason
+        assert framework in registry.NAMES and capability in (*MODES, *EXECUTIONS, "sync-bn") and reason
+
+
+def test_every_framework_names_how_it_runs_each_execution_it_has():
+    """Each execution is either the framework's (with its mechanism named) or a listed
+    gap, never both; every mode's default execution is one it has."""
+    from common.modes import EXECUTIONS, MODES, execution
+    for name, f in registry.FRAMEWORKS.items():
+        for e in EXECUTIONS:
+            assert (e in f.executions) != ((name, e) in registry.KNOWN_GAPS), (name, e)
+        assert set(f.executions) <= set(EXECUTIONS)
+        for mode in MODES:
+            assert execution(name, mode, None) in f.executions, (name, mode)
 
 
 def test_the_facts_table_is_the_one_list_of_frameworks():

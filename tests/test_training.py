@@ -172,6 +172,21 @@ def test_dataparallel_mode_is_pytorch_on_gpus(worker_record, framework):
         assert record["status"] == "not-applicable" and record["error"].startswith(NeedsGPU.PREFIX)
 
 
+@pytest.mark.parametrize("framework", covered())
+def test_compiled_execution_runs_the_same_steps(worker_record, framework):
+    """Through the worker, as compare runs it: the compiled execution gives the default
+    run's step losses (LeNet, within the tolerances above), names itself and its
+    mechanism in the record, and times its compilation apart from the epochs. (Every
+    execution of every mode is held to the oracle in tests/conformance.py.)"""
+    mode = _first_mode(framework)
+    default = _ok(worker_record(framework, mode, 1))
+    record = _ok(worker_record(framework, mode, 1, steps=5, execution="compiled"))
+    assert record["execution"] == "compiled"
+    assert record["execution_mechanism"] == registry.facts(framework).executions["compiled"]
+    assert record["compile_sec"] is not None and record["compile_sec"] >= 0
+    _agree(record["step_losses"], default["step_losses"], "lenet", "(compiled vs default)")
+
+
 # Model mode through the worker: 2 stages (a process per stage for PyTorch and Paddle on
 # a CPU), few steps. LeNet with M = 4 is the 1-device step whatever M: against the same
 # framework's native 1-device run; ResNet-18 with M = 2 normalises each micro-batch by

@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from common import models
-from common.contract import Trainer
+from common.contract import NeedsGPU, Trainer
 from common.results import STEP_LOSSES_KEPT
 
 from frameworks.tensorflow.devices import tf_device
@@ -58,7 +58,7 @@ class Progress(keras.callbacks.Callback):
 
 
 class FitTrainer(Trainer):
-    def __init__(self, backend, model, params, devices, lr, sync_bn=False):
+    def __init__(self, backend, model, params, devices, lr, sync_bn=False, execution="graph"):
         self.backend, self.name, self.ops = backend, model, backend.model_ops(model)
         self.devices = [tf_device(d) for d in devices]
         # One device: Keras's default strategy, which places on that device (the
@@ -77,7 +77,9 @@ class FitTrainer(Trainer):
             self.model.compile(
                 optimizer=keras.optimizers.SGD(learning_rate=lr),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                jit_compile=False)   # XLA would change the float32 results
+                run_eagerly=execution == "eager", jit_compile=execution == "compiled")
+
+        self._evaluate = tf.function(lambda x: self.model(x, training=False), autograph=False)
 
     def step(self, X, y):
         return self.train_epoch(X, y, np.arange(len(X))[None], lambda: None)[0]
@@ -103,8 +105,15 @@ class FitTrainer(Trainer):
     def losses(self, handles):
         return np.asarray(handles, np.float64)
 
-    def predict(self, X):
-        return self.model.predict(nhwc(X), batch_size=1000, verbose=0).argmax(axis=1)
+    def logits(self, X):
+        # Not model.predict: under MirroredStrategy it splits the batch over the
+        # replicas, and without sync-bn each replica normalises with its own running
+        # statistics, so rows of one batch were evaluated by different models (measured:
+        # ResNet-18 on 2 devices, rows 0-3 the first replica's, 4-7 the second's,
+        # differing by 1.4e-3). The first replica alone, as in every framework: the
+        # model called outside the replicas reads each variable's first copy.
+        with tf.device(self.devices[0]):
+            return self._evaluate(tf.constant(nhwc(X))).numpy()
 
     def replica_params(self):
         return [self.ops.from_framework(r) for r in mirrored_values(
@@ -117,6 +126,18 @@ class FitTrainer(Trainer):
         self.backend.set_weights(self.name, (self.param_vars, self.state_vars), params, state)
 
 
+# measured with TensorFlow 2.x, Keras 3, 2 logical CPU devices (its known issue:
+# https://www.tensorflow.org/xla/known_issues, "tf.Variable on a different device")
+XLA_ON_CPU_DEVICES = ("fit(jit_compile=True) under MirroredStrategy over logical CPU devices "
+                      "fails: 'Trying to access resource .../replica_1 located in device CPU:1 "
+                      "from device CPU:0' (XLA compiles a replica's step for one device)")
+
+
 class Native:
-    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
-        return FitTrainer(self, model, params, devices, lr, sync_bn)
+    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False,
+                       execution=None):
+        execution = execution or "graph"
+        self.check_execution(execution, ("eager", "graph", "compiled"))
+        if execution == "compiled" and len(devices) > 1 and not devices[0].startswith("gpu"):
+            raise NeedsGPU(XLA_ON_CPU_DEVICES)
+        return FitTrainer(self, model, params, devices, lr, sync_bn, execution)

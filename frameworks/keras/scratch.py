@@ -11,4 +11,4 @@ class Scratch:
         raise NotApplicable(REASON)
 
     get_params = read_params = read_state = write_params = allreduce = split_batch = _gap
-    shard_loss_and_grads = grads = sgd = add = train_batch = _gap
+    shard_loss_and_grads = grads = sgd = add = bind_train_batch = _gap

@@ -3,7 +3,7 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 from mxnet.gluon import nn
 
-from common.contract import NotApplicable, Trainer, predict_in_batches
+from common.contract import NotApplicable, Trainer
 from common.models import resnet18 as R
 
 from .devices import context
@@ -81,7 +81,7 @@ GLUON_MODELS = {"lenet": (lambda sync_devices=0: gluon_lenet(), _lenet_slots),
 
 
 class GluonTrainer(Trainer):
-    def __init__(self, model, params, state, devices, lr, sync_bn=False):
+    def __init__(self, model, params, state, devices, lr, sync_bn=False, execution="compiled"):
         build, slots = GLUON_MODELS[model]
         self.ctxs = [context(d) for d in devices]
         self.sync_bn = sync_bn and len(devices) > 1
@@ -89,7 +89,8 @@ class GluonTrainer(Trainer):
         self.net.initialize(ctx=self.ctxs)
         self.params, self.state = slots(self.net)
         self.load_params(params, state)
-        self.net.hybridize(static_alloc=True, static_shape=True)
+        if execution == "compiled":
+            self.net.hybridize(static_alloc=True, static_shape=True)
         gpu = self.ctxs[0].device_type == "gpu"
         # Only the trained parameters go to the Trainer: its KVStore, set up lazily in
         # the first step(), broadcasts every parameter it holds, and the running
@@ -119,9 +120,8 @@ class GluonTrainer(Trainer):
     def losses(self, handles):
         return nd.concat(*handles, dim=0).asnumpy() if handles else np.zeros(0)
 
-    def predict(self, X):
-        return predict_in_batches(
-            lambda x: self.net(nd.array(x, ctx=self.ctxs[0])).asnumpy(), X)
+    def logits(self, X):
+        return self.net(nd.array(X, ctx=self.ctxs[0])).asnumpy()
 
     def replica_params(self):
         return [_to_gluon([p.data(c).asnumpy() for p in self.params]) for c in self.ctxs]
@@ -146,10 +146,14 @@ class Native:
                          "measured: ResNet-18 on 2 CPU contexts hangs in its first step with "
                          "the default 4 copies, after 7 steps with 32, 13-14 with 128 or 256)")
 
-    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
+    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False,
+                       execution=None):
+        execution = execution or "compiled"
+        self.check_execution(execution, ("eager", "compiled"))
         if sync_bn:
             self.check_sync_bn(devices)
         if model not in GLUON_MODELS:
             raise NotApplicable(f"mxnet native mode has no gluon {model} yet")
         from common import models
-        return GluonTrainer(model, params, models.get(model).init_state(), devices, lr, sync_bn)
+        return GluonTrainer(model, params, models.get(model).init_state(), devices, lr, sync_bn,
+                            execution)

@@ -1,11 +1,29 @@
 """The chapter's data parallelism by hand, in MXNet: its primitives. The
 train_batch that strings them together is common/scratch.py's."""
 from mxnet import autograd, gluon, nd
+from mxnet.gluon import HybridBlock
 
+from common import models
 from common.contract import Replica
 
 from .devices import context
 from .models import loss
+
+
+class ShardStep(HybridBlock):
+    """One shard's training forward (summed loss and logits) as a HybridBlock that
+    takes the replica's arrays as inputs: hybridized, the chapter's per-shard step runs
+    as one cached graph while the allreduce stays the chapter's, by hand. BatchNorm's
+    running statistics, inputs the graph mutates, are updated in place."""
+
+    def __init__(self, ops, n_params):
+        super().__init__()
+        self.ops, self.n_params = ops, n_params
+
+    def hybrid_forward(self, F, X, y, *arrays):
+        params, state = list(arrays[:self.n_params]), list(arrays[self.n_params:])
+        logits = self.ops.apply(params, state, X, True, F)
+        return F.sum(loss(logits, y)), logits
 
 
 class Scratch:
@@ -23,10 +41,13 @@ class Scratch:
         return [s.asnumpy() for s in replica.state]
 
     def write_params(self, replica, params, state=None):
+        # copyto, not p[:] = v: after an evaluation forward oneDNN may hold an array in
+        # its own layout, which slice assignment refuses ("can't generate TBlob for
+        # MKLDNN data"); copyto writes the values in whatever layout the array has
         for p, v in zip(replica, self.model_ops(replica.model).to_framework(params)):
-            p[:] = v
+            nd.array(v, ctx=p.context, dtype=p.dtype).copyto(p)
         for s, v in zip(replica.state, state or []):
-            s[:] = v
+            nd.array(v, ctx=s.context, dtype=s.dtype).copyto(s)
 
     def allreduce(self, data):
         for i in range(1, len(data)):
@@ -41,11 +62,24 @@ class Scratch:
                 gluon.utils.split_and_load(y, ctxs, even_split=False))
 
     def shard_loss_and_grads(self, replica, X, y):
+        step = self._shard_step(replica.model, replica.execution)
         with autograd.record():
-            logits = self.model_ops(replica.model).apply(list(replica), replica.state, X, True)
-            total = loss(logits, y).sum()
+            total, logits = step(X, y, *replica, *replica.state)
         total.backward()
         return total, logits
+
+    def _shard_step(self, model, execution):
+        """The per-shard forward, as it is (eager) or hybridized (compiled): one block
+        per model, shared by every replica and context."""
+        self.check_execution(execution, ("eager", "compiled"))
+        cache = self.__dict__.setdefault("_steps", {})
+        if (model, execution) not in cache:
+            ops = self.model_ops(model)
+            step = ShardStep(ops, len(models.get(model).PARAM_NAMES))
+            if execution == "compiled":
+                step.hybridize(static_alloc=True, static_shape=True)
+            cache[model, execution] = step
+        return cache[model, execution]
 
     def grads(self, replica):
         return [p.grad for p in replica]

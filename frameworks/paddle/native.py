@@ -6,7 +6,7 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from common.contract import Trainer, predict_in_batches
+from common.contract import Trainer
 from common.data import shard_bounds
 
 from .models import ResNet18Layer, loss_sum
@@ -46,10 +46,14 @@ LAYERED = {"resnet18": ResNet18Layer}
 
 
 class DataParallelTrainer(Trainer):
-    def __init__(self, layer, lr, rank, world):
+    def __init__(self, layer, lr, rank, world, execution="eager"):
         self.rank, self.world = rank, world
         self.layer = layer
-        self.model = paddle.DataParallel(self.layer) if world > 1 else self.layer
+        # compiled: the layer's forward (training and evaluation) converted by
+        # paddle.jit.to_static into static programs; DataParallel wraps it as it is
+        self.model = paddle.jit.to_static(layer, full_graph=True) if execution == "compiled" else layer
+        if world > 1:
+            self.model = paddle.DataParallel(self.model)
         self.opt = paddle.optimizer.SGD(learning_rate=lr, parameters=self.layer.parameters())
         self.batch = None
 
@@ -71,10 +75,10 @@ class DataParallelTrainer(Trainer):
             dist.all_reduce(sums)        # one collective per epoch, not per step
         return sums.numpy() / self.batch
 
-    def predict(self, X):
+    def logits(self, X):
         self.layer.eval()
         with paddle.no_grad():
-            return predict_in_batches(lambda x: self.layer(paddle.to_tensor(x)).numpy(), X)
+            return self.layer(paddle.to_tensor(X)).numpy()
 
     def replica_params(self):
         return [self.layer.read()[0]]
@@ -91,7 +95,10 @@ class Native:
                          "DataParallel, its forward: 'The kernel `sync_batch_norm` is not "
                          "registered')")
 
-    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
+    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False,
+                       execution=None):
+        execution = execution or "eager"
+        self.check_execution(execution, ("eager", "compiled"))
         if sync_bn:
             self.check_sync_bn(devices)
         if world == 1 and len(devices) > 1:
@@ -103,7 +110,7 @@ class Native:
         if sync_bn:
             # BatchNorm2D -> SyncBatchNorm: batch statistics all-reduced over the ranks
             layer = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(layer)
-        return DataParallelTrainer(layer, lr, rank, world)
+        return DataParallelTrainer(layer, lr, rank, world, execution)
 
     def join(self, rank):
         # paddle.distributed reads its own names for what the launcher set

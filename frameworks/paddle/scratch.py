@@ -42,10 +42,27 @@ class Scratch:
                 [self.to_device(y[lo:hi], d) for (lo, hi), d in zip(bounds, devices)])
 
     def shard_loss_and_grads(self, replica, X, y):
-        logits = self.model_ops(replica.model).apply(list(replica), replica.state, X, True)
-        loss = loss_sum(logits, y)
+        loss, logits = self.training_forward(replica.model, replica.execution)(
+            list(replica), replica.state, X, y)
         loss.backward()
         return loss.detach(), logits.detach()
+
+    def training_forward(self, model, execution):
+        """(params, state, X, y) -> (summed loss, logits) in training mode: the model's
+        ops as they are (dygraph), or converted by paddle.jit.to_static into a static
+        program (one per model, shared by every replica; its backward is the program's)."""
+        self.check_execution(execution, ("eager", "compiled"))
+        ops = self.model_ops(model)
+
+        def forward(params, state, X, y):
+            logits = ops.apply(params, state, X, True)
+            return loss_sum(logits, y), logits
+        if execution == "eager":
+            return forward
+        cache = self.__dict__.setdefault("_compiled", {})
+        if model not in cache:
+            cache[model] = paddle.jit.to_static(forward, full_graph=True)
+        return cache[model]
 
     def grads(self, replica):
         return [p.grad for p in replica]

@@ -6,7 +6,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from common.contract import NeedsGPU, Trainer, predict_in_batches
+from common.contract import NeedsGPU, NotApplicable, Trainer
 from common.data import shard_bounds
 
 from .devices import torch_device
@@ -52,13 +52,18 @@ LAYERED = {"resnet18": ResNet18Module}
 
 
 class DDPTrainer(Trainer):
-    def __init__(self, module, device, lr, rank, world):
+    def __init__(self, module, device, lr, rank, world, execution="eager"):
         self.device, self.rank, self.world = torch_device(device), rank, world
         self.module = module.to(self.device)
         self.model = self.module
         if world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.model = DistributedDataParallel(self.module, device_ids=ids)
+        if execution == "compiled":
+            # training steps through the compiled model (under DDP, its DDPOptimizer
+            # splits the graph at the gradient buckets so that all-reduces overlap);
+            # evaluation runs the module as it is
+            self.model = torch.compile(self.model)
         self.opt = torch.optim.SGD(self.module.parameters(), lr=lr)
         self.batch = None
 
@@ -82,11 +87,10 @@ class DDPTrainer(Trainer):
             dist.all_reduce(sums)        # one collective per epoch, not per step
         return sums.cpu().numpy() / self.batch
 
-    def predict(self, X):
+    def logits(self, X):
         self.module.eval()
         with torch.no_grad():
-            return predict_in_batches(
-                lambda x: self.module(torch.from_numpy(x).to(self.device)).cpu().numpy(), X)
+            return self.module(torch.from_numpy(X).to(self.device)).cpu().numpy()
 
     def replica_params(self):
         return [self.module.read()[0]]
@@ -121,7 +125,11 @@ class DataParallelTrainer(DDPTrainer):
 
 
 class Native:
-    def dataparallel_trainer(self, model, params, devices, lr):
+    def dataparallel_trainer(self, model, params, devices, lr, execution="eager"):
+        if execution != "eager":
+            raise NotApplicable("nn.DataParallel replicates the module onto every GPU in each "
+                                "step, which torch.compile does not trace; the compiled data "
+                                "parallelism is native mode (DDP)")
         if not all(d.startswith("gpu") for d in devices):
             raise NeedsGPU("torch.nn.DataParallel needs CUDA GPUs: without them it calls "
                                 "the module on one device, no data parallelism")
@@ -130,7 +138,10 @@ class Native:
     sync_bn_needs_gpu = ("torch.nn.SyncBatchNorm works on CUDA devices only (DDP on CPU: "
                          "'SyncBatchNorm layers only work with GPU modules')")
 
-    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
+    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False,
+                       execution=None):
+        execution = execution or "eager"
+        self.check_execution(execution, ("eager", "compiled"))
         if sync_bn:
             self.check_sync_bn(devices)
         if world == 1 and len(devices) > 1:
@@ -139,7 +150,7 @@ class Native:
         if sync_bn:
             # BatchNorm2d -> SyncBatchNorm: batch statistics all-reduced over the ranks
             module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
-        return DDPTrainer(module, devices[0], lr, rank, world)
+        return DDPTrainer(module, devices[0], lr, rank, world, execution)
 
     def _module(self, model, params):
         from common import models

@@ -49,10 +49,27 @@ class Scratch:
                 [y[lo:hi].to(d, non_blocking=True) for (lo, hi), d in zip(bounds, ds)])
 
     def shard_loss_and_grads(self, replica, X, y):
-        logits = self.model_ops(replica.model).apply(list(replica), replica.state, X, True)
-        loss = loss_sum(logits, y)
+        loss, logits = self.training_forward(replica.model, replica.execution)(
+            list(replica), replica.state, X, y)
         loss.backward()
         return loss.detach(), logits.detach()
+
+    def training_forward(self, model, execution):
+        """(params, state, X, y) -> (summed loss, logits) in training mode: the model's
+        ops as they are, or compiled by torch.compile (one compiled function per model,
+        shared by every replica; AOTAutograd compiles its backward too)."""
+        self.check_execution(execution, ("eager", "compiled"))
+        ops = self.model_ops(model)
+
+        def forward(params, state, X, y):
+            logits = ops.apply(params, state, X, True)
+            return loss_sum(logits, y), logits
+        if execution == "eager":
+            return forward
+        cache = self.__dict__.setdefault("_compiled", {})
+        if model not in cache:
+            cache[model] = torch.compile(forward)
+        return cache[model]
 
     def grads(self, replica):
         return [p.grad for p in replica]

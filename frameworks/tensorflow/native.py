@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from common import models
-from common.contract import Trainer, predict_in_batches
+from common.contract import Trainer
 from common.data import shard_bounds
 
 from .devices import tf_device
@@ -18,7 +18,7 @@ def mirrored_values(strategy, variables, replicas):
 
 
 class MirroredTrainer(Trainer):
-    def __init__(self, ops, params, state, devices, lr):
+    def __init__(self, ops, params, state, devices, lr, execution="graph"):
         self.ops = ops
         self.devices = [tf_device(d) for d in devices]
         self.strategy = tf.distribute.MirroredStrategy(self.devices)
@@ -34,15 +34,26 @@ class MirroredTrainer(Trainer):
                                       aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
                           for s in state]
         self.lr = lr
+        # compiled: each replica's forward and backward by XLA (the SGD update stays
+        # outside: a SUM-aggregated variable's update all-reduces through the strategy,
+        # which XLA cannot hold)
+        self._loss_and_grads = (tf.function(self._loss_and_grads_of, jit_compile=True,
+                                            autograph=False)
+                                if execution == "compiled" else self._loss_and_grads_of)
         # autograph off: no tensor-dependent Python control flow to convert
-        self._step = tf.function(self._distributed_step, autograph=False)
+        self._step = (self._distributed_step if execution == "eager" else
+                      tf.function(self._distributed_step, autograph=False))
         self._logits = tf.function(lambda X: ops.apply(self.vars, self.state, X, False),
                                    autograph=False)
 
-    def _replica_step(self, X, y, batch):
+    def _loss_and_grads_of(self, X, y):
         with tf.GradientTape() as tape:
             loss = loss_sum(self.ops.apply(self.vars, self.state, X, True), y)
-        for v, g in zip(self.vars, tape.gradient(loss, self.vars)):
+        return loss, tape.gradient(loss, self.vars)
+
+    def _replica_step(self, X, y, batch):
+        loss, grads = self._loss_and_grads(X, y)
+        for v, g in zip(self.vars, grads):
             v.assign_sub(self.lr * g / batch)
         return loss
 
@@ -64,9 +75,9 @@ class MirroredTrainer(Trainer):
     def losses(self, handles):
         return np.array([h.numpy() for h in handles])
 
-    def predict(self, X):
+    def logits(self, X):
         with tf.device(self.devices[0]):
-            return predict_in_batches(lambda x: self._logits(tf.constant(x)).numpy(), X)
+            return self._logits(tf.constant(X)).numpy()
 
     def replica_params(self):
         return [self.ops.from_framework(r)
@@ -83,8 +94,12 @@ class MirroredTrainer(Trainer):
 
 
 class Native:
-    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False):
+    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False,
+                       execution=None):
+        execution = execution or "graph"
+        self.check_execution(execution, ("eager", "graph", "compiled"))
         ops = self.model_ops(model)
         if sync_bn:     # a model without BatchNorm has nothing to synchronise
             ops = self.sync_bn_models.get(model, ops)
-        return MirroredTrainer(ops, params, models.get(model).init_state(), devices, lr)
+        return MirroredTrainer(ops, params, models.get(model).init_state(), devices, lr,
+                               execution)

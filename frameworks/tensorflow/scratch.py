@@ -1,12 +1,12 @@
 """The chapter's data parallelism by hand, in TensorFlow (d2l has none): a replica
 of variables per device with a gradient buffer for each, a GradientTape per shard,
 an allreduce of the buffers by hand, SGD on every replica. common/scratch.py's
-train_batch strings them together; here it is compiled into one tf.function."""
+train_batch strings them together; here it runs eagerly, or traced into one
+tf.function (graph), with each shard's forward and backward compiled by XLA (compiled)."""
 import tensorflow as tf
 
 from common.contract import Replica
 from common.data import shard_bounds
-from common.scratch import train_batch
 
 from .devices import tf_device
 from .models import loss_sum
@@ -53,11 +53,21 @@ class Scratch:
 
     def shard_loss_and_grads(self, replica, X, y):
         with tf.device(tf_device(replica.device)):
-            with tf.GradientTape() as tape:
-                logits = self.model_ops(replica.model).apply(list(replica), replica.state, X, True)
-                loss = loss_sum(logits, y)
-            for buf, g in zip(replica.grads, tape.gradient(loss, list(replica))):
-                buf.assign(g)
+            if replica.execution != "compiled":
+                return self._shard_step(replica, X, y)
+            # XLA compiles one device's work: the shard's step, on its device (a
+            # jit_compile function cannot span the devices that train_batch uses)
+            if not hasattr(replica, "xla_step"):
+                replica.xla_step = tf.function(lambda X, y: self._shard_step(replica, X, y),
+                                               jit_compile=True, autograph=False)
+            return replica.xla_step(X, y)
+
+    def _shard_step(self, replica, X, y):
+        with tf.GradientTape() as tape:
+            logits = self.model_ops(replica.model).apply(list(replica), replica.state, X, True)
+            loss = loss_sum(logits, y)
+        for buf, g in zip(replica.grads, tape.gradient(loss, list(replica))):
+            buf.assign(g)
         return loss, logits
 
     def grads(self, replica):
@@ -72,14 +82,11 @@ class Scratch:
         with tf.device(tf_device(device)):
             return tf.add_n(values)
 
-    def train_batch(self, X, y, replicas, devices, lr):
-        # one compiled graph per replica set (it closes over their variables)
-        key = (tuple(id(r) for r in replicas), tuple(devices), lr)
-        cache = self.__dict__.setdefault("_compiled", {})
-        if key not in cache:
-            # autograph off: the loops are over Python lists, nothing to convert (and
-            # it would try to convert library calls made while tracing)
-            fn = tf.function(lambda X, y: train_batch(self, X, y, replicas, devices, lr),
-                             autograph=False)
-            cache[key] = (fn, replicas)    # keeping the replicas keeps their ids unique
-        return cache[key][0](X, y)
+    def bind_train_batch(self, train_batch, replicas, devices, lr, execution):
+        self.check_execution(execution, ("eager", "graph", "compiled"))
+        step = lambda X, y: train_batch(self, X, y, replicas, devices, lr)   # noqa: E731
+        if execution == "eager":
+            return step
+        # autograph off: the loops are over Python lists, nothing to convert (and it
+        # would try to convert library calls made while tracing)
+        return tf.function(step, autograph=False)
