@@ -89,3 +89,17 @@ def test_report_shows_the_pipeline_against_native_one_device():
     assert "0.300 / 0.050" in section and "1.64" in section and "0.45" in section and "0.20" in section
     assert "ideal speed-up is 1" in section
     assert "## Model mode" not in report.markdown_report(rows[:1], [native], "cmd")
+
+
+def test_model_mode_runs_eagerly():
+    """Its stages hand over between Python calls: eager by default in every framework (the
+    record says so), another execution is not-applicable before anything starts."""
+    from types import SimpleNamespace
+    from common import registry
+    for name in registry.NAMES:
+        assert new_record(RunConfig(name, "model", 2))["execution"] == "eager"
+        backend = SimpleNamespace(name=name)
+        MODES["model"].precheck(backend, RunConfig(name, "model", 2), ["cpu:0", "cpu:1"])
+        with pytest.raises(NotApplicable, match="eagerly"):
+            MODES["model"].precheck(backend, RunConfig(name, "model", 2, execution="compiled"),
+                                    ["cpu:0", "cpu:1"])
