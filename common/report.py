@@ -22,7 +22,7 @@ def machine_lines(records: list[dict]) -> list[str]:
     libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items())
     return [f"Machine: {env.get('cpu_model', '?')} ({env.get('cpu_count', '?')} CPUs), "
             f"GPU: {env.get('gpu_model') or 'none'}; {env.get('os', '?')}, Python {env.get('python', '?')}",
-            f"Libraries: {libs}"]
+            f"Libraries: {libs}; C++ compiler: {env.get('cxx') or 'none'}"]
 
 
 def load_lines(records: list[dict]) -> list[str]:

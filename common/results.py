@@ -106,6 +106,20 @@ def _gpu_model() -> str | None:
     return ", ".join(out.splitlines()) or None
 
 
+def _cxx() -> str | None:
+    """The C++ compiler that compilers such as torch.compile's inductor build CPU kernels
+    with (CXX, else c++ / g++ / clang++ on PATH), with its version; None without one."""
+    for name in filter(None, (os.environ.get("CXX"), "c++", "g++", "clang++")):
+        path = shutil.which(name)
+        if path:
+            try:
+                out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20)
+                return f"{name}: {out.stdout.splitlines()[0]}" if out.stdout else name
+            except (OSError, subprocess.SubprocessError):
+                return name
+    return None
+
+
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -124,6 +138,7 @@ def env_info() -> dict:
         "cpu_count": os.cpu_count(),
         "gpu_model": _gpu_model(),
         "libraries": {d: v for d in dists if (v := _version(d))},
+        "cxx": _cxx(),
     }
 
 

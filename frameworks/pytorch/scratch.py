@@ -5,7 +5,7 @@ import torch
 from common.contract import Replica
 from common.data import shard_bounds
 
-from .devices import torch_device
+from .devices import compile_check, torch_device
 from .models import loss_sum, to_layout
 
 
@@ -49,12 +49,12 @@ class Scratch:
                 [y[lo:hi].to(d, non_blocking=True) for (lo, hi), d in zip(bounds, ds)])
 
     def shard_loss_and_grads(self, replica, X, y):
-        loss, logits = self.training_forward(replica.model, replica.execution)(
+        loss, logits = self.training_forward(replica.model, replica.execution, replica.device)(
             list(replica), replica.state, X, y)
         loss.backward()
         return loss.detach(), logits.detach()
 
-    def training_forward(self, model, execution):
+    def training_forward(self, model, execution, device="cpu:0"):
         """(params, state, X, y) -> (summed loss, logits) in training mode: the model's
         ops as they are, or compiled by torch.compile (one compiled function per model,
         shared by every replica; AOTAutograd compiles its backward too)."""
@@ -66,6 +66,7 @@ class Scratch:
             return loss_sum(logits, y), logits
         if execution == "eager":
             return forward
+        compile_check([device])
         cache = self.__dict__.setdefault("_compiled", {})
         if model not in cache:
             cache[model] = torch.compile(forward)
