@@ -185,3 +185,25 @@ def test_a_framework_without_an_execution_says_so(tmp_path):
     assert record["status"] == "not-applicable"
     assert record["error"] == registry.KNOWN_GAPS[("pytorch", "graph")]
     assert "execution" in (out / "report.md").read_text()
+
+
+def test_speed_reads_executions_against_the_floor(tmp_path):
+    """benchmarks.speed: each execution's sec/epoch per framework and mode, the best,
+    its ratio to eager, scratch over native, and the measured compute floor."""
+    from common.results import RunConfig, new_record, record_filename, write_atomic
+    secs = {("scratch", "eager"): 4.0, ("scratch", "compiled"): 2.0, ("native", "eager"): 1.0}
+    for (mode, execution), sec in secs.items():
+        record = new_record(RunConfig("pytorch", mode, 1, execution=execution))
+        record.update(status="ok", sec_per_epoch=[sec], steps_per_epoch=[10])
+        write_atomic(tmp_path / record_filename(record), record)
+    proc = run_python(["-m", "benchmarks.speed", str(tmp_path), "--gemm-size", "256"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [l for l in (tmp_path / "speed.md").read_text().splitlines() if l.startswith("| lenet")]
+    scratch, native = ([c.strip() for c in l.strip("|").split("|")] for l in lines)
+    # model framework mode eager graph compiled best best/eager scratch/native best/floor
+    assert scratch[2:9] == ["scratch", "4.00", "-", "2.00", "compiled", "0.50", "2.00"], scratch
+    assert native[2:9] == ["native", "1.00", "-", "-", "eager", "1.00", "-"], native
+    assert float(scratch[9]) > 0 and "GFLOP/s" in (tmp_path / "speed.md").read_text()
+    assert "is not a folder" in usage_error(["-m", "benchmarks.speed", str(tmp_path / "none")])
+    (tmp_path / "empty").mkdir()
+    assert "holds no successful" in usage_error(["-m", "benchmarks.speed", str(tmp_path / "empty")])
