@@ -48,7 +48,7 @@ CPU_DEFAULT_DEVICES = [1]
 # the options that make up a comparison (--resume takes them from PLAN_FILE)
 PLAN_OPTIONS = ("framework", "model", "mode", "execution", "devices", "epochs", "batch_size",
                 "batch_per_device", "lr", "sync_bn", "dataset", "data_dir", "steps_per_epoch",
-                "eval_samples", "seed", "threads", "repeat")
+                "eval_samples", "seed", "threads", "cores_per_device", "repeat")
 
 
 def _device_counts(text):
@@ -101,6 +101,11 @@ def build_parser() -> Parser:
     p.add_argument("--seed", type=non_negative, default=0)
     p.add_argument("--threads", type=positive, default=os.cpu_count() or 1,
                    help="CPU threads per run (split between the processes of a multi-process run)")
+    p.add_argument("--cores-per-device", type=positive, default=None, metavar="C",
+                   help="honest CPU scaling: pin every device (a process, or its share of one) "
+                        "to C cores of its own with C threads, so that k devices use k x C "
+                        "cores and the ideal speed-up is k (without it every run shares all "
+                        "the cores: ideal 1); --threads is then C x devices")
     p.add_argument("--repeat", type=positive, default=1,
                    help="runs of every configuration, each in a fresh process, interleaved "
                         "across frameworks; the table shows their median and spread")
@@ -139,6 +144,12 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
     modes = names(args.mode, MODES, "mode")
     gpus = gpu_count()
     counts = args.devices or (sorted({1, gpus}) if gpus else list(CPU_DEFAULT_DEVICES))
+    if args.cores_per_device:
+        have = len(os.sched_getaffinity(0))
+        if args.cores_per_device * max(counts) > have:
+            raise UsageError(f"--cores-per-device {args.cores_per_device} x {max(counts)} devices "
+                             f"needs {args.cores_per_device * max(counts)} cores; this machine "
+                             f"lets us use {have}: lower --cores-per-device or --devices")
     if args.sync_bn and not models.get(args.model).STATE_NAMES:
         raise UsageError(f"--sync-bn needs a model with BatchNorm; {args.model} has none")
     if args.batch_per_device is None and args.batch_size < max(counts):
@@ -167,7 +178,7 @@ class Plan:
     executions: list     # execution names; None: each mode's default
 
     RUN_KEYS = ("model", "dataset", "data_dir", "epochs", "batch_size", "batch_per_device", "lr",
-                "sync_bn", "seed", "threads", "steps_per_epoch", "eval_samples")
+                "sync_bn", "seed", "threads", "steps_per_epoch", "eval_samples", "cores_per_device")
 
     @classmethod
     def from_args(cls, args, frameworks, modes, counts) -> "Plan":
@@ -181,7 +192,9 @@ class Plan:
                           data_dir=r["data_dir"], epochs=r["epochs"],
                           batch_size=r["batch_per_device"] * n if weak else r["batch_size"],
                           lr=r["lr"] * n if weak else r["lr"], batch_per_device=r["batch_per_device"],
-                          sync_bn=r["sync_bn"], seed=r["seed"], threads=r["threads"],
+                          sync_bn=r["sync_bn"], seed=r["seed"],
+                          threads=r["cores_per_device"] * n if r.get("cores_per_device") else r["threads"],
+                          cores_per_device=r.get("cores_per_device"),
                           steps_per_epoch=r["steps_per_epoch"], eval_samples=r["eval_samples"])
                    for f in self.frameworks for m in self.modes for e in self.executions
                    for n in self.devices]
@@ -243,7 +256,7 @@ def resume_plan(args, given: set[str]) -> Plan:
 
 # record fields that must agree between the runs of one results folder
 SAME_IN_A_FOLDER = ("model", "dataset", "epochs", "batch_size", "batch_per_device", "lr",
-                    "sync_bn", "seed", "threads", "eval_samples")
+                    "sync_bn", "seed", "cores_per_device", "eval_samples")
 
 
 def check_out(out: Path, plan: Plan, resuming: bool) -> None:
@@ -274,9 +287,11 @@ def check_out(out: Path, plan: Plan, resuming: bool) -> None:
         except RecordError as e:
             raise UsageError(str(e)) from None
         cfg = expected.get(path.name)
-        # under weak scaling the batch and lr grow with the device count: compare those
-        # only for a record of a configuration that this plan runs too
-        keys = SAME_IN_A_FOLDER if cfg else [k for k in SAME_IN_A_FOLDER if k not in ("batch_size", "lr")]
+        # under weak scaling the batch and lr grow with the device count (and with
+        # --cores-per-device the thread count): compare those only for a record of a
+        # configuration that this plan runs too
+        keys = ((*SAME_IN_A_FOLDER, "threads") if cfg else
+                [k for k in SAME_IN_A_FOLDER if k not in ("batch_size", "lr")])
         want = new_record(cfg or next(iter(expected.values())))
         diff = [k for k in keys if k in record and record[k] != want[k]]
         if diff:

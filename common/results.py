@@ -20,7 +20,8 @@ RECORD_KEYS = (
     # what was run
     "framework", "framework_version", "model", "mode", "devices", "device_names", "device_kind",
     "processes", "native_mechanism", "execution", "execution_mechanism", "dataset", "epochs", "batch_size", "batch_per_device",
-    "scaling", "lr", "sync_bn", "seed", "threads", "eval_samples",
+    "scaling", "lr", "sync_bn", "seed", "threads", "cores_per_device", "cpu_affinity",
+    "eval_samples",
     # what it measured
     "warmup_sec", "compile_sec", "estimated_sec_per_epoch", "sec_per_epoch", "steps_per_epoch",
     "samples_per_sec", "eval_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
@@ -57,6 +58,9 @@ class RunConfig:
     sync_bn: bool = False          # synchronised BatchNorm across replicas (native mode)
     seed: int = 0
     threads: int = 2
+    # honest CPU scaling: each device (a process, or a process's share) pinned to its own
+    # this many cores, with as many threads; None: every run shares all the cores
+    cores_per_device: int | None = None
     steps_per_epoch: int | None = None
     eval_samples: int | None = None    # cap on the test images evaluated (None: all)
     warmup_steps: int = 2
@@ -80,6 +84,7 @@ def new_record(cfg: RunConfig) -> dict:
                   batch_per_device=cfg.batch_per_device,
                   scaling="weak" if cfg.batch_per_device else "fixed", lr=cfg.lr,
                   sync_bn=cfg.sync_bn, seed=cfg.seed, threads=cfg.threads,
+                  cores_per_device=cfg.cores_per_device,
                   eval_samples=cfg.eval_samples, status="failed",
                   sec_per_epoch=[], train_loss=[], step_losses=[], device_names=[])
     return record

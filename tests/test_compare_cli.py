@@ -207,3 +207,28 @@ def test_speed_reads_executions_against_the_floor(tmp_path):
     assert "is not a folder" in usage_error(["-m", "benchmarks.speed", str(tmp_path / "none")])
     (tmp_path / "empty").mkdir()
     assert "holds no successful" in usage_error(["-m", "benchmarks.speed", str(tmp_path / "empty")])
+
+
+def test_cores_per_device_pins_each_device_to_its_own_cores(tmp_path):
+    """--cores-per-device 1 on 2 devices: a process per device (PyTorch native) each on a
+    core of its own, one thread each; the report's ideal speed-up is then k."""
+    import os
+    from common import report
+    from common.results import load_records
+    if not registry.is_installed("pytorch") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs pytorch and 2 cores")
+    out = tmp_path / "out"
+    proc = run_python(["-m", "benchmarks.compare", "--framework", "pytorch", "--mode", "native",
+                       "--devices", "1,2", "--cores-per-device", "1", "--dataset", "synthetic",
+                       "--steps-per-epoch", "3", "--eval-samples", "100", "--no-plots",
+                       "--out", str(out)], threads=2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    one, two = load_records(out)
+    cores = sorted(os.sched_getaffinity(0))
+    assert one["cpu_affinity"] == [cores[:1]] and one["threads"] == 1, one["cpu_affinity"]
+    assert two["cpu_affinity"] == [cores[:1], cores[1:2]] and two["processes"] == 2
+    assert [report.ideal_speedup(r) for r in (one, two)] == [1, 2]
+    assert "the ideal speed-up is k" in (out / "report.md").read_text()
+    message = usage_error(["-m", "benchmarks.compare", "--cores-per-device", str(len(cores)),
+                           "--devices", "1,2", "--dataset", "synthetic"])
+    assert f"needs {2 * len(cores)} cores" in message
