@@ -30,8 +30,8 @@ from common.modes import EXECUTIONS, MODES
 from common.results import (FAILED, REPEAT_KEYS, RecordError, RunConfig, env_info, new_record,
                             ok_repeats, read_record, record_filename, write_atomic)
 
-from .cli import (LOCK_FILE, Parser, UsageError, claim_out, lock_holder, names, non_negative,
-                  positive, positive_float)
+from .cli import (LOCK_FILE, Parser, UsageError, claim_out, fraction, lock_holder, names,
+                  non_negative, positive, positive_float)
 from .report import render
 from .runner import Interrupts, run_worker
 from .worker import QUIET_ENV, thread_env
@@ -48,7 +48,7 @@ CPU_DEFAULT_DEVICES = [1]
 # the options that make up a comparison (--resume takes them from PLAN_FILE)
 PLAN_OPTIONS = ("framework", "model", "mode", "execution", "devices", "epochs", "batch_size",
                 "batch_per_device", "lr", "sync_bn", "dataset", "data_dir", "steps_per_epoch",
-                "eval_samples", "seed", "threads", "cores_per_device", "repeat")
+                "eval_samples", "seed", "threads", "cores_per_device", "target_accuracy", "repeat")
 
 
 def _device_counts(text):
@@ -106,6 +106,9 @@ def build_parser() -> Parser:
                         "to C cores of its own with C threads, so that k devices use k x C "
                         "cores and the ideal speed-up is k (without it every run shares all "
                         "the cores: ideal 1); --threads is then C x devices")
+    p.add_argument("--target-accuracy", type=fraction, default=None, metavar="A",
+                   help="also record the training time and epochs until test accuracy (evaluated "
+                        "after every epoch) first reaches A, e.g. 0.7; --epochs is the most it gets")
     p.add_argument("--repeat", type=positive, default=1,
                    help="runs of every configuration, each in a fresh process, interleaved "
                         "across frameworks; the table shows their median and spread")
@@ -178,7 +181,8 @@ class Plan:
     executions: list     # execution names; None: each mode's default
 
     RUN_KEYS = ("model", "dataset", "data_dir", "epochs", "batch_size", "batch_per_device", "lr",
-                "sync_bn", "seed", "threads", "steps_per_epoch", "eval_samples", "cores_per_device")
+                "sync_bn", "seed", "threads", "steps_per_epoch", "eval_samples", "cores_per_device",
+                "target_accuracy")
 
     @classmethod
     def from_args(cls, args, frameworks, modes, counts) -> "Plan":
@@ -195,6 +199,7 @@ class Plan:
                           sync_bn=r["sync_bn"], seed=r["seed"],
                           threads=r["cores_per_device"] * n if r.get("cores_per_device") else r["threads"],
                           cores_per_device=r.get("cores_per_device"),
+                          target_accuracy=r.get("target_accuracy"),
                           steps_per_epoch=r["steps_per_epoch"], eval_samples=r["eval_samples"])
                    for f in self.frameworks for m in self.modes for e in self.executions
                    for n in self.devices]

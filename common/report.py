@@ -244,6 +244,15 @@ def definitions(rows: list[dict], records: list[dict]) -> list[str]:
         lines.append("No GPU here: every row ran on the CPU. Virtual devices (--devices 1,2) would "
                      "share its cores, so their ideal speed-up is 1; the default on a CPU runs 1 "
                      "device for that reason.")
+    targets = [r for r in records if r.get("target_accuracy")]
+    if targets:
+        reached = [f"{r['framework']} {r['mode']} x{r['devices']}: "
+                   + (f"{r['sec_to_target']:.1f} s, {r['epochs_to_target']} epoch(s)"
+                      if r.get("sec_to_target") is not None else "not reached")
+                   for r in targets if r["status"] == "ok"]
+        lines.append(f"Time to test accuracy {targets[0]['target_accuracy']:g} (training time to "
+                     "the end of the first epoch that reached it, evaluation excluded): "
+                     + "; ".join(reached) + ".")
     lines.append("Train loss: the last epoch's mean; test acc: after the last epoch. Peak memory: "
                  "the device allocator's peak on GPUs, else the process's maximum resident set.")
     return lines

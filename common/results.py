@@ -26,6 +26,7 @@ RECORD_KEYS = (
     "warmup_sec", "compile_sec", "estimated_sec_per_epoch", "sec_per_epoch", "steps_per_epoch",
     "samples_per_sec", "eval_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
     "step_losses", "peak_memory_mb", "peak_memory_source", "diverged_step", "last_finite_loss",
+    "target_accuracy", "epochs_to_target", "sec_to_target",
     # how it ended, and where
     "status", "error", "traceback", "env",
 )
@@ -36,7 +37,8 @@ COMPARE_KEYS = ("repeats", "repeat_planned")
 # the figures of one repeat, kept for each in a record's "repeats"
 REPEAT_KEYS = ("status", "error", "sec_per_epoch", "steps_per_epoch", "samples_per_sec",
                "warmup_sec", "compile_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
-               "peak_memory_mb", "diverged_step", "last_finite_loss")
+               "peak_memory_mb", "diverged_step", "last_finite_loss", "epochs_to_target",
+               "sec_to_target")
 
 
 @dataclass
@@ -62,6 +64,8 @@ class RunConfig:
     # this many cores, with as many threads; None: every run shares all the cores
     cores_per_device: int | None = None
     steps_per_epoch: int | None = None
+    # record the training time and epochs until test accuracy first reaches this
+    target_accuracy: float | None = None
     eval_samples: int | None = None    # cap on the test images evaluated (None: all)
     warmup_steps: int = 2
 
@@ -84,7 +88,7 @@ def new_record(cfg: RunConfig) -> dict:
                   batch_per_device=cfg.batch_per_device,
                   scaling="weak" if cfg.batch_per_device else "fixed", lr=cfg.lr,
                   sync_bn=cfg.sync_bn, seed=cfg.seed, threads=cfg.threads,
-                  cores_per_device=cfg.cores_per_device,
+                  cores_per_device=cfg.cores_per_device, target_accuracy=cfg.target_accuracy,
                   eval_samples=cfg.eval_samples, status="failed",
                   sec_per_epoch=[], train_loss=[], step_losses=[], device_names=[])
     return record

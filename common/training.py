@@ -100,6 +100,12 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
             pred = trainer.predict(X_test)
             out["eval_sec"].append(time.perf_counter() - t0)
             out["test_accuracy_per_epoch"].append(float((pred == y_test).mean()))
+            if (cfg.target_accuracy is not None and out.get("epochs_to_target") is None
+                    and out["test_accuracy_per_epoch"][-1] >= cfg.target_accuracy):
+                # training time to the end of the first epoch that reached it (evaluation
+                # excluded); the run goes on to its epochs (every rank runs them all)
+                out["epochs_to_target"] = len(out["sec_per_epoch"])
+                out["sec_to_target"] = sum(out["sec_per_epoch"])
     out.pop("first_loss", None)
     if evaluate:
         out["test_accuracy"] = (out["test_accuracy_per_epoch"][-1]

@@ -232,3 +232,24 @@ def test_cores_per_device_pins_each_device_to_its_own_cores(tmp_path):
     message = usage_error(["-m", "benchmarks.compare", "--cores-per-device", str(len(cores)),
                            "--devices", "1,2", "--dataset", "synthetic"])
     assert f"needs {2 * len(cores)} cores" in message
+
+
+def test_batch_sweep_records_time_to_accuracy(tmp_path):
+    """benchmarks.batch_sweep: a compare run per batch size with the lr scaled linearly
+    and --target-accuracy; sweep.md gives epochs and seconds to the target."""
+    if not registry.is_installed("pytorch"):
+        pytest.skip("needs pytorch")
+    out = tmp_path / "sweep"
+    proc = run_python(["-m", "benchmarks.batch_sweep", "--dataset", "synthetic", "--steps-per-epoch",
+                       "3", "--epochs", "1", "--batch-sizes", "64,128", "--target-accuracy", "0.01",
+                       "--out", str(out)], threads=2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    small = json.loads((out / "b64" / "pytorch-scratch-1dev.json").read_text())
+    large = json.loads((out / "b128" / "pytorch-scratch-1dev.json").read_text())
+    assert (small["lr"], large["lr"]) == (0.05, 0.1)
+    for r in (small, large):
+        assert r["target_accuracy"] == 0.01 and r["epochs_to_target"] == 1
+        assert r["sec_to_target"] == pytest.approx(r["sec_per_epoch"][0])
+    assert "time to test accuracy 0.01" in (out / "sweep.md").read_text().lower()
+    assert "must be at most 1" in usage_error(["-m", "benchmarks.compare", "--target-accuracy", "70",
+                                               "--dataset", "synthetic"])
