@@ -77,6 +77,14 @@ def command_parser(module: str, doc: str) -> Parser:
     return p
 
 
+def fraction(text):
+    """An argparse type: a number above 0 and at most 1 (an accuracy)."""
+    v = positive_float(text)
+    if v > 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at most 1 (a fraction, e.g. 0.7)")
+    return v
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

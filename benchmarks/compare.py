@@ -30,8 +30,8 @@ from common.modes import EXECUTIONS, MODES
 from common.results import (FAILED, REPEAT_KEYS, RecordError, RunConfig, env_info, new_record,
                             ok_repeats, read_record, record_filename, write_atomic)
 
-from .cli import (LOCK_FILE, Parser, UsageError, claim_out, lock_holder, names, non_negative,
-                  positive, positive_float)
+from .cli import (LOCK_FILE, Parser, UsageError, claim_out, fraction, lock_holder, names,
+                  non_negative, positive, positive_float)
 from .report import render
 from .runner import Interrupts, run_worker
 from .worker import QUIET_ENV, thread_env
@@ -48,7 +48,7 @@ CPU_DEFAULT_DEVICES = [1]
 # the options that make up a comparison (--resume takes them from PLAN_FILE)
 PLAN_OPTIONS = ("framework", "model", "mode", "execution", "devices", "epochs", "batch_size",
                 "batch_per_device", "lr", "sync_bn", "dataset", "data_dir", "steps_per_epoch",
-                "eval_samples", "seed", "threads", "repeat", "micro_batches")
+                "eval_samples", "seed", "threads", "cores_per_device", "target_accuracy", "repeat", "micro_batches")
 
 
 def _device_counts(text):
@@ -104,6 +104,14 @@ def build_parser() -> Parser:
     p.add_argument("--seed", type=non_negative, default=0)
     p.add_argument("--threads", type=positive, default=os.cpu_count() or 1,
                    help="CPU threads per run (split between the processes of a multi-process run)")
+    p.add_argument("--cores-per-device", type=positive, default=None, metavar="C",
+                   help="honest CPU scaling: pin every device (a process, or its share of one) "
+                        "to C cores of its own with C threads, so that k devices use k x C "
+                        "cores and the ideal speed-up is k (without it every run shares all "
+                        "the cores: ideal 1); --threads is then C x devices")
+    p.add_argument("--target-accuracy", type=fraction, default=None, metavar="A",
+                   help="also record the training time and epochs until test accuracy (evaluated "
+                        "after every epoch) first reaches A, e.g. 0.7; --epochs is the most it gets")
     p.add_argument("--repeat", type=positive, default=1,
                    help="runs of every configuration, each in a fresh process, interleaved "
                         "across frameworks; the table shows their median and spread")
@@ -142,6 +150,12 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
     modes = names(args.mode, MODES, "mode")
     gpus = gpu_count()
     counts = args.devices or (sorted({1, gpus}) if gpus else list(CPU_DEFAULT_DEVICES))
+    if args.cores_per_device:
+        have = len(os.sched_getaffinity(0))
+        if args.cores_per_device * max(counts) > have:
+            raise UsageError(f"--cores-per-device {args.cores_per_device} x {max(counts)} devices "
+                             f"needs {args.cores_per_device * max(counts)} cores; this machine "
+                             f"lets us use {have}: lower --cores-per-device or --devices")
     if args.sync_bn and not models.get(args.model).STATE_NAMES:
         raise UsageError(f"--sync-bn needs a model with BatchNorm; {args.model} has none")
     if args.batch_per_device is None and args.batch_size < max(counts):
@@ -174,7 +188,8 @@ class Plan:
     executions: list     # execution names; None: each mode's default
 
     RUN_KEYS = ("model", "dataset", "data_dir", "epochs", "batch_size", "batch_per_device", "lr",
-                "sync_bn", "seed", "threads", "steps_per_epoch", "eval_samples", "micro_batches")
+                "sync_bn", "seed", "threads", "steps_per_epoch", "eval_samples", "cores_per_device",
+                "target_accuracy", "micro_batches")
 
     @classmethod
     def from_args(cls, args, frameworks, modes, counts) -> "Plan":
@@ -188,7 +203,10 @@ class Plan:
                           data_dir=r["data_dir"], epochs=r["epochs"],
                           batch_size=r["batch_per_device"] * n if weak else r["batch_size"],
                           lr=r["lr"] * n if weak else r["lr"], batch_per_device=r["batch_per_device"],
-                          sync_bn=r["sync_bn"], seed=r["seed"], threads=r["threads"],
+                          sync_bn=r["sync_bn"], seed=r["seed"],
+                          threads=r["cores_per_device"] * n if r.get("cores_per_device") else r["threads"],
+                          cores_per_device=r.get("cores_per_device"),
+                          target_accuracy=r.get("target_accuracy"),
                           steps_per_epoch=r["steps_per_epoch"], eval_samples=r["eval_samples"],
                           micro_batches=r.get("micro_batches") or 1)
                    for f in self.frameworks for m in self.modes for e in self.executions
@@ -251,7 +269,7 @@ def resume_plan(args, given: set[str]) -> Plan:
 
 # record fields that must agree between the runs of one results folder
 SAME_IN_A_FOLDER = ("model", "dataset", "epochs", "batch_size", "batch_per_device", "lr",
-                    "sync_bn", "seed", "threads", "eval_samples", "micro_batches")
+                    "sync_bn", "seed", "cores_per_device", "eval_samples", "micro_batches")
 
 
 def check_out(out: Path, plan: Plan, resuming: bool) -> None:
@@ -282,9 +300,11 @@ def check_out(out: Path, plan: Plan, resuming: bool) -> None:
         except RecordError as e:
             raise UsageError(str(e)) from None
         cfg = expected.get(path.name)
-        # under weak scaling the batch and lr grow with the device count: compare those
-        # only for a record of a configuration that this plan runs too
-        keys = SAME_IN_A_FOLDER if cfg else [k for k in SAME_IN_A_FOLDER if k not in ("batch_size", "lr")]
+        # under weak scaling the batch and lr grow with the device count (and with
+        # --cores-per-device the thread count): compare those only for a record of a
+        # configuration that this plan runs too
+        keys = ((*SAME_IN_A_FOLDER, "threads") if cfg else
+                [k for k in SAME_IN_A_FOLDER if k not in ("batch_size", "lr")])
         want = new_record(cfg or next(iter(expected.values())))
         diff = [k for k in keys if k in record and record[k] != want[k]]
         if diff:

@@ -52,21 +52,36 @@ def free_port(addr: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _child(env: dict, fn: Callable, args: tuple) -> None:
+def core_sets(per_process: int, processes: int) -> list[list[int]]:
+    """Disjoint sets of `per_process` CPU cores, one per process, from the cores this
+    process may run on (honest CPU scaling: each device its own cores)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if per_process * processes > len(cores):
+        raise LaunchError(f"{processes} x {per_process} cores asked for, but this process may "
+                          f"run on {len(cores)} ({','.join(map(str, cores))})")
+    return [cores[i * per_process:(i + 1) * per_process] for i in range(processes)]
+
+
+def _child(env: dict, fn: Callable, args: tuple, cores: list[int] | None) -> None:
     os.environ.update(env)          # before fn imports any framework
+    if cores:
+        os.sched_setaffinity(0, cores)   # and its thread pools start on these cores only
     fn(*args)
 
 
-def launch(fn: Callable, nprocs: int, args: tuple = (), env: dict | None = None) -> None:
+def launch(fn: Callable, nprocs: int, args: tuple = (), env: dict | None = None,
+           cores: list[list[int]] | None = None) -> None:
     """Run fn(*args) in nprocs fresh local processes (the spawn method: no framework
-    state is inherited), each with its RankInfo in the environment; wait for all.
-    If one fails, the others are stopped and LaunchError names the failed ranks."""
+    state is inherited), each with its RankInfo in the environment (and, with `cores`,
+    pinned to cores[rank]); wait for all. If one fails, the others are stopped and
+    LaunchError names the failed ranks."""
     port = free_port()
     ctx = mp.get_context("spawn")
     procs = []
     for r in range(nprocs):
         info = RankInfo(r, nprocs, r, nprocs, "127.0.0.1", port)
-        procs.append(ctx.Process(target=_child, args=({**(env or {}), **info.env()}, fn, args),
+        procs.append(ctx.Process(target=_child, args=({**(env or {}), **info.env()}, fn, args,
+                                                      cores[r] if cores else None),
                                  name=f"rank{r}"))
     for p in procs:
         p.start()

@@ -96,11 +96,14 @@ class Model(Mode):
 
     def processes(self, framework, devices):
         # one process per stage where the framework has a single CPU device per process
-        # (PyTorch, Paddle without GPUs); else every stage in one process
-        if devices < 2:
+        # and there is no GPU: PyTorch and Paddle, the frameworks whose native mode runs a
+        # process per device for that reason (the conformance checks that this agrees with
+        # the backend's distinct_cpu_devices); else every stage in one process. Asked of
+        # the registry and the driver: nothing is imported before the run pins its cores.
+        from .results import _gpu_model
+        if devices < 2 or not registry.facts(framework).native_processes or _gpu_model():
             return 1
-        backend = registry.get(framework)
-        return devices if not (backend.distinct_cpu_devices or backend.num_gpus()) else 1
+        return devices
 
     def precheck(self, backend, cfg, devices):
         if cfg.sync_bn:

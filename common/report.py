@@ -22,7 +22,7 @@ def machine_lines(records: list[dict]) -> list[str]:
     libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items())
     return [f"Machine: {env.get('cpu_model', '?')} ({env.get('cpu_count', '?')} CPUs), "
             f"GPU: {env.get('gpu_model') or 'none'}; {env.get('os', '?')}, Python {env.get('python', '?')}",
-            f"Libraries: {libs}"]
+            f"Libraries: {libs}; C++ compiler: {env.get('cxx') or 'none'}"]
 
 
 def load_lines(records: list[dict]) -> list[str]:
@@ -58,9 +58,11 @@ def _median(xs):
 
 
 def ideal_speedup(record: dict) -> int:
-    """What the hardware allows: k on k GPUs; 1 for k virtual CPU devices, which share
-    the same cores (a 1-device run already uses them all)."""
-    return record["devices"] if record.get("device_kind") == "gpu" else 1
+    """What the hardware allows: k on k GPUs, and on k CPU devices that each have cores
+    of their own (--cores-per-device); 1 for k virtual CPU devices that share the same
+    cores (a 1-device run already uses them all)."""
+    own = record.get("device_kind") == "gpu" or record.get("cores_per_device")
+    return record["devices"] if own else 1
 
 
 # A row whose repeats spread by more than this, (max - min) / median of their
@@ -306,15 +308,32 @@ def definitions(rows: list[dict], records: list[dict]) -> list[str]:
         "speed-up: the same framework, mode and execution's 1-device sec/epoch over this row's. "
         "efficiency: speed-up over the ideal the hardware allows: k on k GPUs, 1 on a CPU.",
     ]
-    if any(r["devices"] > 1 and r.get("device kind") != "gpu" for r in rows):
+    pinned = [r for r in records if r.get("cores_per_device")]
+    if pinned:
+        c = pinned[0]["cores_per_device"]
+        lines.append(f"--cores-per-device {c}: every device ran on {c} CPU core(s) of its own with "
+                     f"{c} thread(s) (a process per device pinned to its cores, or one process "
+                     f"pinned to k x {c} cores where the framework runs all devices in one; each "
+                     "record's cpu_affinity lists them), so k devices had k times the cores of "
+                     "one: the ideal speed-up is k, as on GPUs, and efficiency is against it.")
+    if any(r["devices"] > 1 and r.get("device kind") != "gpu" for r in rows) and not pinned:
         lines.append("No GPU here: the k devices of a row are virtual devices (or processes) on the "
                      "same CPU cores, which they share (a 1-device run already uses them all), so "
                      "the ideal speed-up is 1 and a speed-up below 1 is the cost of splitting the "
                      "batch, not hardware left idle.")
-    elif rows and all(r.get("device kind") in ("cpu", None) for r in rows):
+    elif rows and all(r.get("device kind") in ("cpu", None) for r in rows) and not pinned:
         lines.append("No GPU here: every row ran on the CPU. Virtual devices (--devices 1,2) would "
                      "share its cores, so their ideal speed-up is 1; the default on a CPU runs 1 "
                      "device for that reason.")
+    targets = [r for r in records if r.get("target_accuracy")]
+    if targets:
+        reached = [f"{r['framework']} {r['mode']} x{r['devices']}: "
+                   + (f"{r['sec_to_target']:.1f} s, {r['epochs_to_target']} epoch(s)"
+                      if r.get("sec_to_target") is not None else "not reached")
+                   for r in targets if r["status"] == "ok"]
+        lines.append(f"Time to test accuracy {targets[0]['target_accuracy']:g} (training time to "
+                     "the end of the first epoch that reached it, evaluation excluded): "
+                     + "; ".join(reached) + ".")
     lines.append("Train loss: the last epoch's mean; test acc: after the last epoch. Peak memory: "
                  "the device allocator's peak on GPUs, else the process's maximum resident set.")
     return lines
@@ -414,9 +433,10 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
             if pts:
                 ax.plot(*zip(*pts), label=" ".join(str(k) for k in key[:4] if k not in ("lenet", None)),
                         **_style({"framework": key[0], "mode": key[2], "devices": 2}))
-        gpu = all(r.get("device_kind") == "gpu" for r in ok)
-        ax.plot(counts, [c if gpu else 1 for c in counts], color="grey", lw=3, alpha=0.5,
-                label="ideal (k GPUs: k)" if gpu else "ideal (CPU cores shared: 1)")
+        own = all(ideal_speedup(r) == r["devices"] for r in ok)
+        ax.plot(counts, [c if own else 1 for c in counts], color="grey", lw=3, alpha=0.5,
+                label="ideal (devices with their own hardware: k)" if own
+                else "ideal (CPU cores shared: 1)")
         ax.set_xticks(counts)
         ax.set_xlabel("devices")
         ax.set_ylabel("speed-up against 1 device")

@@ -20,11 +20,13 @@ RECORD_KEYS = (
     # what was run
     "framework", "framework_version", "model", "mode", "devices", "device_names", "device_kind",
     "processes", "native_mechanism", "execution", "execution_mechanism", "dataset", "epochs", "batch_size", "batch_per_device",
-    "scaling", "lr", "sync_bn", "seed", "threads", "eval_samples",
+    "scaling", "lr", "sync_bn", "seed", "threads", "cores_per_device", "cpu_affinity",
+    "eval_samples",
     # what it measured
     "warmup_sec", "compile_sec", "estimated_sec_per_epoch", "sec_per_epoch", "steps_per_epoch",
     "samples_per_sec", "eval_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
     "step_losses", "peak_memory_mb", "peak_memory_source", "diverged_step", "last_finite_loss",
+    "target_accuracy", "epochs_to_target", "sec_to_target",
     # model mode (the pipeline, common/pipeline.py); None in the other modes but micro_batches
     "micro_batches", "stages", "stage_devices", "stage_sec", "handover_sec",
     "bytes_between_stages", "bubble", "bubble_gpipe",
@@ -38,7 +40,8 @@ COMPARE_KEYS = ("repeats", "repeat_planned")
 # the figures of one repeat, kept for each in a record's "repeats"
 REPEAT_KEYS = ("status", "error", "sec_per_epoch", "steps_per_epoch", "samples_per_sec",
                "warmup_sec", "compile_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
-               "peak_memory_mb", "diverged_step", "last_finite_loss")
+               "peak_memory_mb", "diverged_step", "last_finite_loss", "epochs_to_target",
+               "sec_to_target")
 
 
 @dataclass
@@ -60,7 +63,12 @@ class RunConfig:
     sync_bn: bool = False          # synchronised BatchNorm across replicas (native mode)
     seed: int = 0
     threads: int = 2
+    # honest CPU scaling: each device (a process, or a process's share) pinned to its own
+    # this many cores, with as many threads; None: every run shares all the cores
+    cores_per_device: int | None = None
     steps_per_epoch: int | None = None
+    # record the training time and epochs until test accuracy first reaches this
+    target_accuracy: float | None = None
     eval_samples: int | None = None    # cap on the test images evaluated (None: all)
     warmup_steps: int = 2
     micro_batches: int = 1         # model mode: the batch flows through the stages in M parts
@@ -84,7 +92,9 @@ def new_record(cfg: RunConfig) -> dict:
                   batch_per_device=cfg.batch_per_device,
                   scaling="weak" if cfg.batch_per_device else "fixed", lr=cfg.lr,
                   sync_bn=cfg.sync_bn, seed=cfg.seed, threads=cfg.threads,
-                  eval_samples=cfg.eval_samples, micro_batches=cfg.micro_batches, status="failed",
+                  cores_per_device=cfg.cores_per_device, target_accuracy=cfg.target_accuracy,
+                  eval_samples=cfg.eval_samples, micro_batches=cfg.micro_batches,
+                  status="failed",
                   sec_per_epoch=[], train_loss=[], step_losses=[], device_names=[])
     return record
 
@@ -110,6 +120,20 @@ def _gpu_model() -> str | None:
     return ", ".join(out.splitlines()) or None
 
 
+def _cxx() -> str | None:
+    """The C++ compiler that compilers such as torch.compile's inductor build CPU kernels
+    with (CXX, else c++ / g++ / clang++ on PATH), with its version; None without one."""
+    for name in filter(None, (os.environ.get("CXX"), "c++", "g++", "clang++")):
+        path = shutil.which(name)
+        if path:
+            try:
+                out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20)
+                return f"{name}: {out.stdout.splitlines()[0]}" if out.stdout else name
+            except (OSError, subprocess.SubprocessError):
+                return name
+    return None
+
+
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -128,6 +152,7 @@ def env_info() -> dict:
         "cpu_count": os.cpu_count(),
         "gpu_model": _gpu_model(),
         "libraries": {d: v for d in dists if (v := _version(d))},
+        "cxx": _cxx(),
     }
 
 

@@ -5,7 +5,7 @@ train_batch differently (Backend.bind_train_batch: TensorFlow traces it into one
 graph) but not change it."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -25,6 +25,26 @@ def train_batch(b: Backend, X, y, replicas: list[Replica], devices: Sequence[str
     for r in replicas:
         b.sgd(r, lr / batch)
     return b.add(losses, devices[0]) / batch
+
+
+def training_forward(b: Backend, model: str, execution: str, loss_sum: Callable,
+                     compiler: Callable[[Callable], Callable]) -> Callable:
+    """(params, state, X, y) -> (summed loss, logits) of `model` in training mode, for a
+    framework whose backward follows its forward (autograd): the model's ops as they are
+    (eager), or `compiler` applied to them (compiled), once per model and backend and
+    shared by every replica."""
+    b.check_execution(execution, ("eager", "compiled"))
+    ops = b.model_ops(model)
+
+    def forward(params, state, X, y):
+        logits = ops.apply(params, state, X, True)
+        return loss_sum(logits, y), logits
+    if execution == "eager":
+        return forward
+    cache = b.__dict__.setdefault("_compiled_forward", {})
+    if model not in cache:
+        cache[model] = compiler(forward)
+    return cache[model]
 
 
 class ScratchTrainer(Trainer):

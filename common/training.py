@@ -4,6 +4,7 @@ built and how many processes it takes; common.launcher starts those processes.""
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import tempfile
@@ -99,6 +100,12 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
             pred = trainer.predict(X_test)
             out["eval_sec"].append(time.perf_counter() - t0)
             out["test_accuracy_per_epoch"].append(float((pred == y_test).mean()))
+            if (cfg.target_accuracy is not None and out.get("epochs_to_target") is None
+                    and out["test_accuracy_per_epoch"][-1] >= cfg.target_accuracy):
+                # training time to the end of the first epoch that reached it (evaluation
+                # excluded); the run goes on to its epochs (every rank runs them all)
+                out["epochs_to_target"] = len(out["sec_per_epoch"])
+                out["sec_to_target"] = sum(out["sec_per_epoch"])
     out.pop("first_loss", None)
     if evaluate:
         out["test_accuracy"] = (out["test_accuracy_per_epoch"][-1]
@@ -117,7 +124,9 @@ def _rank_main(cfg_dict: dict, result_path: str, progress: bool) -> None:
     cfg = RunConfig(**cfg_dict)
     rank = launcher.RankInfo.from_env()
     backend = registry.get(cfg.framework)
-    backend.setup(cpu_devices=1, threads=max(1, cfg.threads // rank.world_size))
+    backend.setup(cpu_devices=1, threads=(cfg.cores_per_device * cfg.devices // rank.world_size
+                                          if cfg.cores_per_device else
+                                          max(1, cfg.threads // rank.world_size)))
     backend.join(rank)
     try:
         ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
@@ -164,6 +173,22 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
     record["framework_version"] = framework_version(cfg.framework, record["env"])
     mode = MODES[cfg.mode]
     gap = mode.gap(cfg.framework, cfg.sync_bn, record["execution"])
+    processes = mode.processes(cfg.framework, cfg.devices)
+    threads = max(1, cfg.threads // processes)
+    cores = None
+    if cfg.cores_per_device:
+        # honest CPU scaling: every device its own cores, pinned before the framework is
+        # imported (its thread pools start on them); a process of several devices (one
+        # that runs them all) gets all of theirs, and as many threads
+        try:
+            cores = launcher.core_sets(cfg.cores_per_device * cfg.devices // processes, processes)
+        except launcher.LaunchError as e:
+            record.update(status="failed", error=f"--cores-per-device: {e}")
+            return record
+        threads = len(cores[0])
+        if processes == 1:
+            os.sched_setaffinity(0, cores[0])
+        record["cpu_affinity"] = cores
     try:
         backend = registry.get(cfg.framework)
     except registry.NotInstalled as e:
@@ -172,8 +197,6 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
     try:
         ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
         record["framework_version"] = backend.version()
-        processes = mode.processes(cfg.framework, cfg.devices)
-        threads = max(1, cfg.threads // processes)
         if processes > 1:
             record["device_names"] = backend.devices(cfg.devices)
             mode.precheck(backend, cfg, record["device_names"])
@@ -181,7 +204,7 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
                 path = Path(tmp) / "rank0.json"
                 # ranks are new processes: they read their thread count at import
                 launcher.launch(_rank_main, processes, (cfg.to_dict(), str(path), progress),
-                                env={"OMP_NUM_THREADS": str(threads)})
+                                env={"OMP_NUM_THREADS": str(threads)}, cores=cores)
                 result = json.loads(path.read_text())
             record["device_names"] = result.pop("device_names")
             peak = result.pop("peak_memory_mb_device")

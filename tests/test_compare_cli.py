@@ -185,3 +185,71 @@ def test_a_framework_without_an_execution_says_so(tmp_path):
     assert record["status"] == "not-applicable"
     assert record["error"] == registry.KNOWN_GAPS[("pytorch", "graph")]
     assert "execution" in (out / "report.md").read_text()
+
+
+def test_speed_reads_executions_against_the_floor(tmp_path):
+    """benchmarks.speed: each execution's sec/epoch per framework and mode, the best,
+    its ratio to eager, scratch over native, and the measured compute floor."""
+    from common.results import RunConfig, new_record, record_filename, write_atomic
+    secs = {("scratch", "eager"): 4.0, ("scratch", "compiled"): 2.0, ("native", "eager"): 1.0}
+    for (mode, execution), sec in secs.items():
+        record = new_record(RunConfig("pytorch", mode, 1, execution=execution))
+        record.update(status="ok", sec_per_epoch=[sec], steps_per_epoch=[10])
+        write_atomic(tmp_path / record_filename(record), record)
+    proc = run_python(["-m", "benchmarks.speed", str(tmp_path), "--gemm-size", "256"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [l for l in (tmp_path / "speed.md").read_text().splitlines() if l.startswith("| lenet")]
+    scratch, native = ([c.strip() for c in l.strip("|").split("|")] for l in lines)
+    # model framework mode eager graph compiled best best/eager scratch/native best/floor
+    assert scratch[2:9] == ["scratch", "4.00", "-", "2.00", "compiled", "0.50", "2.00"], scratch
+    assert native[2:9] == ["native", "1.00", "-", "-", "eager", "1.00", "-"], native
+    assert float(scratch[9]) > 0 and "GFLOP/s" in (tmp_path / "speed.md").read_text()
+    assert "is not a folder" in usage_error(["-m", "benchmarks.speed", str(tmp_path / "none")])
+    (tmp_path / "empty").mkdir()
+    assert "holds no successful" in usage_error(["-m", "benchmarks.speed", str(tmp_path / "empty")])
+
+
+def test_cores_per_device_pins_each_device_to_its_own_cores(tmp_path):
+    """--cores-per-device 1 on 2 devices: a process per device (PyTorch native) each on a
+    core of its own, one thread each; the report's ideal speed-up is then k."""
+    import os
+    from common import report
+    from common.results import load_records
+    if not registry.is_installed("pytorch") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs pytorch and 2 cores")
+    out = tmp_path / "out"
+    proc = run_python(["-m", "benchmarks.compare", "--framework", "pytorch", "--mode", "native",
+                       "--devices", "1,2", "--cores-per-device", "1", "--dataset", "synthetic",
+                       "--steps-per-epoch", "3", "--eval-samples", "100", "--no-plots",
+                       "--out", str(out)], threads=2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    one, two = load_records(out)
+    cores = sorted(os.sched_getaffinity(0))
+    assert one["cpu_affinity"] == [cores[:1]] and one["threads"] == 1, one["cpu_affinity"]
+    assert two["cpu_affinity"] == [cores[:1], cores[1:2]] and two["processes"] == 2
+    assert [report.ideal_speedup(r) for r in (one, two)] == [1, 2]
+    assert "the ideal speed-up is k" in (out / "report.md").read_text()
+    message = usage_error(["-m", "benchmarks.compare", "--cores-per-device", str(len(cores)),
+                           "--devices", "1,2", "--dataset", "synthetic"])
+    assert f"needs {2 * len(cores)} cores" in message
+
+
+def test_batch_sweep_records_time_to_accuracy(tmp_path):
+    """benchmarks.batch_sweep: a compare run per batch size with the lr scaled linearly
+    and --target-accuracy; sweep.md gives epochs and seconds to the target."""
+    if not registry.is_installed("pytorch"):
+        pytest.skip("needs pytorch")
+    out = tmp_path / "sweep"
+    proc = run_python(["-m", "benchmarks.batch_sweep", "--dataset", "synthetic", "--steps-per-epoch",
+                       "3", "--epochs", "1", "--batch-sizes", "64,128", "--target-accuracy", "0.01",
+                       "--out", str(out)], threads=2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    small = json.loads((out / "b64" / "pytorch-scratch-1dev.json").read_text())
+    large = json.loads((out / "b128" / "pytorch-scratch-1dev.json").read_text())
+    assert (small["lr"], large["lr"]) == (0.05, 0.1)
+    for r in (small, large):
+        assert r["target_accuracy"] == 0.01 and r["epochs_to_target"] == 1
+        assert r["sec_to_target"] == pytest.approx(r["sec_per_epoch"][0])
+    assert "time to test accuracy 0.01" in (out / "sweep.md").read_text().lower()
+    assert "must be at most 1" in usage_error(["-m", "benchmarks.compare", "--target-accuracy", "70",
+                                               "--dataset", "synthetic"])

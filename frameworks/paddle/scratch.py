@@ -4,6 +4,7 @@ import paddle
 
 from common.contract import Replica
 from common.data import shard_bounds
+from common.scratch import training_forward
 
 from .devices import place
 from .models import loss_sum
@@ -42,27 +43,13 @@ class Scratch:
                 [self.to_device(y[lo:hi], d) for (lo, hi), d in zip(bounds, devices)])
 
     def shard_loss_and_grads(self, replica, X, y):
-        loss, logits = self.training_forward(replica.model, replica.execution)(
-            list(replica), replica.state, X, y)
+        # compiled: paddle.jit.to_static, the forward as a static program (its backward
+        # is the program's)
+        loss, logits = training_forward(
+            self, replica.model, replica.execution, loss_sum,
+            lambda f: paddle.jit.to_static(f, full_graph=True))(list(replica), replica.state, X, y)
         loss.backward()
         return loss.detach(), logits.detach()
-
-    def training_forward(self, model, execution):
-        """(params, state, X, y) -> (summed loss, logits) in training mode: the model's
-        ops as they are (dygraph), or converted by paddle.jit.to_static into a static
-        program (one per model, shared by every replica; its backward is the program's)."""
-        self.check_execution(execution, ("eager", "compiled"))
-        ops = self.model_ops(model)
-
-        def forward(params, state, X, y):
-            logits = ops.apply(params, state, X, True)
-            return loss_sum(logits, y), logits
-        if execution == "eager":
-            return forward
-        cache = self.__dict__.setdefault("_compiled", {})
-        if model not in cache:
-            cache[model] = paddle.jit.to_static(forward, full_graph=True)
-        return cache[model]
 
     def grads(self, replica):
         return [p.grad for p in replica]

@@ -10,6 +10,20 @@ def torch_device(device: str) -> torch.device:
     return torch.device("cpu") if kind == "cpu" else torch.device("cuda", i)
 
 
+def compile_check(devices) -> None:
+    """torch.compile's inductor writes C++ (OpenMP) kernels for the CPU and builds them
+    with the machine's C++ compiler: without one, a compiled run on the CPU says so."""
+    import shutil
+    if all(d.startswith("gpu") for d in devices):
+        return                       # Triton kernels, built by Triton itself
+    from torch._inductor import cpp_builder
+    compiler = cpp_builder.get_cpp_compiler()
+    if not shutil.which(compiler):
+        from common.contract import NotApplicable
+        raise NotApplicable(f"torch.compile on the CPU builds C++ kernels with {compiler!r}, which "
+                            "this machine does not have; install a C++ compiler (g++) or set CXX")
+
+
 class Devices:
     distinct_cpu_devices = False   # one CPU device: replicas share it
 

@@ -9,7 +9,7 @@ from torch.nn.parallel import DistributedDataParallel
 from common.contract import NeedsGPU, NotApplicable, Trainer
 from common.data import shard_bounds
 
-from .devices import torch_device
+from .devices import compile_check, torch_device
 from .models import ResNet18Module, loss_sum, to_layout
 
 
@@ -142,6 +142,8 @@ class Native:
                        execution=None):
         execution = execution or "eager"
         self.check_execution(execution, ("eager", "compiled"))
+        if execution == "compiled":
+            compile_check(devices)
         if sync_bn:
             self.check_sync_bn(devices)
         if world == 1 and len(devices) > 1:

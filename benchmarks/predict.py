@@ -1,0 +1,315 @@
+"""Predict data-parallel scaling from measured parts: `python -m benchmarks.predict DIR ...`.
+
+    step(k) = compute(B / k) + max(0, allreduce(P, k) - overlap x backward(B / k))
+
+compute(b): one device's step time at per-device batch b, fitted (a + c x b, least
+squares) to the 1-device rows of the compare folders given: run compare at two or
+more batch sizes (--batch-size 64, then 256, ...) for the fixed per-step cost a to
+show. allreduce(P, k): a ring all-reduce of the model's P parameter bytes over k
+devices, (k - 1) x latency x 2 + 2 (k - 1) / k x P / bandwidth, with the link's
+latency and bandwidth either fitted to the native all-reduce rows of a
+`benchmarks.devices` folder (--allreduce DIR: what this machine measured) or taken
+from a named link profile (--link). overlap: the share of the backward pass (2/3 of
+a step) that gradient all-reduce can hide behind (1 where the framework overlaps
+buckets with the backward, as DDP does; 0 for the chapter's allreduce after the
+backward, the default). The table gives, per model, framework and mode, for 1..64
+devices: t1 (compute), t2 (communication), the predicted step, speed-up and
+efficiency against k, and the per-device batch from which t1 > 1.2 x t2 (the
+chapter's rule for communication to hide behind compute). Multi-device rows in the
+folders are predicted too and set beside what they measured (validation)."""
+from __future__ import annotations
+
+import io
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from common import models
+from common.report import machine_lines, save_figure, timing
+from common.results import RecordError, load_records
+
+from .cli import Parser, UsageError, positive
+
+DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+BACKWARD_SHARE = 2 / 3          # of a training step: the backward pass costs about twice the forward
+RULE = 1.2                      # the chapter: compute should exceed communication by about 20 %
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    bandwidth: float            # bytes/s each way per device, as a ring all-reduce uses it
+    latency: float              # seconds per ring step
+    source: str
+
+
+# Nominal figures from the vendors' specifications, derated where measured all-reduce
+# bus bandwidth is known to fall short of the link rate (NCCL's own tests reach about
+# 80-90 % of it on large messages); latency per ring step is the order of a small
+# message's one-way time. Predictions from them are estimates; a measured
+# --allreduce DIR replaces them with this machine's figures.
+LINKS = {link.name: link for link in (
+    Link("nvlink-h100", 0.8 * 450e9, 5e-6,
+         "NVLink 4 on H100 SXM: 900 GB/s per GPU both ways (NVIDIA H100 datasheet), 450 each "
+         "way, x0.8"),
+    Link("pcie4-x16", 0.8 * 31.5e9, 10e-6,
+         "PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 = 31.5 GB/s each way (PCI-SIG), x0.8"),
+    Link("25gbe", 0.9 * 25e9 / 8, 25e-6,
+         "25 Gb Ethernet: 3.125 GB/s each way (IEEE 802.3by), x0.9 for TCP/IP, 25 us per hop"),
+    Link("ib-100g", 0.9 * 100e9 / 8, 3e-6,
+         "100 Gb/s InfiniBand EDR: 12.5 GB/s each way (InfiniBand Trade Association), x0.9"),
+)}
+
+
+def param_bytes(model: str) -> int:
+    return 4 * sum(int(np.prod(s)) for s in models.get(model).PARAM_SHAPES)
+
+
+def allreduce_sec(nbytes: float, k: int, link: Link) -> float:
+    """A ring all-reduce of nbytes over k devices."""
+    if k == 1:
+        return 0.0
+    return 2 * (k - 1) * link.latency + 2 * (k - 1) / k * nbytes / link.bandwidth
+
+
+def fit_link(devices_dir: Path, framework: str) -> Link | None:
+    """Latency and bandwidth of a ring step fitted to a devices folder's native all-reduce
+    rows of one framework (2 devices: time = 2 x latency + bytes / bandwidth)."""
+    path = devices_dir / f"{framework}-allreduce.devices.json"
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    rows = [r for r in record.get("rows", []) if r.get("variant") == "native" and r.get("median_s")]
+    if record.get("status") != "ok" or len(rows) < 2:
+        return None
+    n = np.array([r["bytes"] for r in rows], float)
+    t = np.array([r["median_s"] for r in rows], float)
+    slope, intercept = np.polyfit(n, t, 1)
+    if slope <= 0:
+        return None
+    return Link(f"measured {framework}", 1 / slope, max(intercept, 0.0) / 2,
+                f"fitted to {path} (native all-reduce, 2 devices, {len(rows)} sizes)")
+
+
+@dataclass
+class Compute:
+    """One device's step time as a + c x per-device batch, from measured points."""
+    points: list[tuple[int, float]]
+
+    def coefficients(self) -> tuple[float, float]:
+        b = np.array([p[0] for p in self.points], float)
+        t = np.array([p[1] for p in self.points], float)
+        if len(set(b)) < 2:              # one batch size: proportional, no fixed cost known
+            return 0.0, float(np.mean(t / b))
+        c, a = np.polyfit(b, t, 1)
+        return max(a, 0.0), max(c, 0.0)
+
+    def __call__(self, batch: float) -> float:
+        a, c = self.coefficients()
+        return a + c * batch
+
+
+def step_sec(record: dict) -> float | None:
+    sec = timing(record)["sec"]
+    steps = (record.get("steps_per_epoch") or [None])[0]
+    return sec / steps if sec and steps else None
+
+
+def predict(compute: Compute, nbytes: int, batch: int, k: int, link: Link, overlap: float) -> dict:
+    t1 = compute(batch / k)
+    t2 = allreduce_sec(nbytes, k, link)
+    hidden = min(t2, overlap * BACKWARD_SHARE * t1)
+    return {"k": k, "t1": t1, "t2": t2, "step": t1 + t2 - hidden}
+
+
+def rule_batch(compute: Compute, nbytes: int, k: int, link: Link) -> int | None:
+    """The smallest per-device batch (a power of two up to 65536) at which t1 > RULE x t2."""
+    t2 = allreduce_sec(nbytes, k, link)
+    for b in (2 ** i for i in range(17)):
+        if compute(b) > RULE * t2:
+            return b
+    return None
+
+
+def _row_key(r: dict) -> tuple:
+    return (r.get("model", "lenet"), r["framework"], r["mode"], r.get("execution"),
+            r.get("cores_per_device"))
+
+
+def main(argv=None) -> int:
+    p = Parser(prog="python -m benchmarks.predict", description=__doc__.split("\n\n")[0])
+    p.add_argument("folders", nargs="+", metavar="DIR", help="compare results folders")
+    p.add_argument("--link", choices=LINKS, default=None,
+                   help="a named link profile: " + "; ".join(f"{n} ({l.source})" for n, l in LINKS.items()))
+    p.add_argument("--allreduce", default=None, metavar="DIR",
+                   help="a benchmarks.devices folder: the link fitted to each framework's "
+                        "measured native all-reduce (instead of --link)")
+    p.add_argument("--overlap", type=float, default=0.0,
+                   help="share of the backward pass that all-reduce hides behind (0..1)")
+    p.add_argument("--batch", type=positive, default=None,
+                   help="global batch of the prediction (default: each row's measured batch)")
+    p.add_argument("--out", default=None, help="folder for predict.md and predict.png "
+                                                "(default: the first DIR)")
+    try:
+        args = p.parse_args(argv)
+        if (args.link is None) == (args.allreduce is None):
+            raise UsageError("give one of --link NAME or --allreduce DIR")
+        if not 0 <= args.overlap <= 1:
+            raise UsageError(f"--overlap {args.overlap} must be between 0 and 1")
+        records = []
+        for folder in map(Path, args.folders):
+            if not folder.is_dir():
+                raise UsageError(f"{folder} is not a folder; give compare results folders")
+            try:
+                records += load_records(folder)
+            except RecordError as e:
+                raise UsageError(str(e)) from None
+        ok = [r for r in records if r["status"] == "ok" and step_sec(r)]
+        if not any(r["devices"] == 1 for r in ok):
+            raise UsageError("no successful 1-device run in the folders: the prediction starts "
+                             "from one device's measured step time")
+        if args.allreduce and not Path(args.allreduce).is_dir():
+            raise UsageError(f"--allreduce {args.allreduce} is not a folder; give a "
+                             "benchmarks.devices results folder")
+    except UsageError as e:
+        print(f"predict: error: {e}", file=sys.stderr)
+        return 2
+
+    groups: dict[tuple, Compute] = {}
+    batches: dict[tuple, int] = {}
+    for r in ok:
+        if r["devices"] == 1:
+            groups.setdefault(_row_key(r), Compute([])).points.append((r["batch_size"], step_sec(r)))
+            batches[_row_key(r)] = max(batches.get(_row_key(r), 0), r["batch_size"])
+    table, checks, skipped = [], [], []
+    for key, compute in groups.items():
+        model, framework, mode, execution, cores = key
+        link = LINKS[args.link] if args.link else fit_link(Path(args.allreduce), framework)
+        if link is None:
+            skipped.append(f"{framework}: no measured native all-reduce in {args.allreduce}")
+            continue
+        batch, nbytes = args.batch or batches[key], param_bytes(model)
+        base = predict(compute, nbytes, batch, 1, link, args.overlap)["step"]
+        for k in DEVICE_COUNTS:
+            if batch / k < 1:
+                break
+            pr = predict(compute, nbytes, batch, k, link, args.overlap)
+            table.append({"model": model, "framework": framework, "mode": mode,
+                          "execution": execution, "link": link.name, "batch": batch, **pr,
+                          "speed-up": base / pr["step"], "efficiency": base / pr["step"] / k,
+                          "rule batch": rule_batch(compute, nbytes, k, link) if k > 1 else None})
+        for r in ok:
+            # a device with hardware of its own (a GPU, or --cores-per-device): CPU devices
+            # that share the cores are not what the model describes
+            own = r.get("device_kind") == "gpu" or r.get("cores_per_device")
+            if r["devices"] > 1 and _row_key(r) == key and own:
+                pr = predict(compute, nbytes, r["batch_size"], r["devices"], link, args.overlap)
+                measured = step_sec(r)
+                checks.append({"model": model, "framework": framework, "mode": mode,
+                               "execution": execution, "k": r["devices"], "batch": r["batch_size"],
+                               "predicted": pr["step"], "measured": measured,
+                               "error": pr["step"] / measured - 1})
+    out = Path(args.out or args.folders[0])
+    out.mkdir(parents=True, exist_ok=True)
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(_table(table, markdown=False))
+    if checks:
+        console.print(_checks(checks, markdown=False))
+    for line in skipped:
+        console.print(line, highlight=False, markup=False)
+    (out / "predict.md").write_text(_markdown(table, checks, skipped, records, args, argv))
+    _plot(table, out / "predict.png")
+    console.print(f"written: {out / 'predict.md'}, {out / 'predict.png'}", highlight=False)
+    return 0
+
+
+def _ms(v):
+    return f"{v * 1e3:.2f}"
+
+
+def _table(rows: list[dict], markdown: bool) -> Table:
+    t = Table(box=box.MARKDOWN if markdown else box.SIMPLE_HEAD,
+              title=None if markdown else "predicted step time (ms) by device count")
+    columns = ("model", "framework", "mode", "link", "batch", "k", "t1 ms", "t2 ms", "step ms",
+               "speed-up", "efficiency", "t1 > 1.2 t2 from b")
+    for c in columns:
+        t.add_column(c, justify="left" if c in ("model", "framework", "mode", "link") else "right")
+    for r in rows:
+        t.add_row(r["model"], r["framework"], r["mode"] + (f" {r['execution']}" if r["execution"] else ""),
+                  r["link"], str(r["batch"]), str(r["k"]), _ms(r["t1"]), _ms(r["t2"]),
+                  _ms(r["step"]), f"{r['speed-up']:.2f}", f"{r['efficiency']:.2f}",
+                  "-" if r["rule batch"] is None else str(r["rule batch"]))
+    return t
+
+
+def _checks(rows: list[dict], markdown: bool) -> Table:
+    t = Table(box=box.MARKDOWN if markdown else box.SIMPLE_HEAD,
+              title=None if markdown else "predicted against measured (multi-device rows)")
+    for c in ("model", "framework", "mode", "k", "batch", "predicted ms", "measured ms", "error"):
+        t.add_column(c, justify="left" if c in ("model", "framework", "mode") else "right")
+    for r in rows:
+        t.add_row(r["model"], r["framework"], r["mode"], str(r["k"]), str(r["batch"]),
+                  _ms(r["predicted"]), _ms(r["measured"]), f"{r['error']:+.0%}")
+    return t
+
+
+def _markdown(table, checks, skipped, records, args, argv) -> str:
+    def render(t):
+        buf = io.StringIO()
+        Console(file=buf, width=300, color_system=None).print(t)
+        return buf.getvalue().strip()
+    link = (f"link: {args.link} ({LINKS[args.link].source})" if args.link else
+            f"link: each framework's native all-reduce measured in {args.allreduce}, a ring step's "
+            "latency and bandwidth fitted to it")
+    lines = ["# Predicted data-parallel scaling", "",
+             f"Command: `python -m benchmarks.predict {' '.join(argv or sys.argv[1:])}`", "",
+             *machine_lines(records), "",
+             f"Model: step(k) = t1 + max(0, t2 - overlap x {BACKWARD_SHARE:.2f} x t1), t1 = one "
+             "device's step at batch/k (a + c x b fitted to the measured 1-device rows), t2 = a "
+             "ring all-reduce of the parameters, (k-1) x 2 x latency + 2(k-1)/k x bytes / "
+             f"bandwidth; {link}; overlap {args.overlap}.", "", render(_table(table, True)), ""]
+    if checks:
+        lines += ["## Predicted against measured", "", render(_checks(checks, True)), ""]
+    lines += [f"- {s}" for s in skipped]
+    lines += ["- t1 > 1.2 t2 from b: the smallest per-device batch (a power of two) at which "
+              "compute exceeds communication by 20 %, the chapters' rule for communication to "
+              "hide behind compute.", ""]
+    return "\n".join(lines)
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from common.report import colour
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    keys = dict.fromkeys((r["model"], r["framework"], r["mode"], r["execution"]) for r in rows)
+    for key in keys:
+        pts = [r for r in rows if (r["model"], r["framework"], r["mode"], r["execution"]) == key]
+        label = " ".join(str(x) for x in key if x)
+        style = dict(color=colour(key[1]), marker="o", ls="-" if key[0] == "lenet" else "--")
+        left.plot([r["k"] for r in pts], [r["speed-up"] for r in pts], label=label, **style)
+        right.plot([r["k"] for r in pts], [r["t1"] * 1e3 for r in pts], **style)
+        right.plot([r["k"] for r in pts], [max(r["t2"], 1e-9) * 1e3 for r in pts],
+                   **{**style, "marker": "x", "alpha": 0.6})
+    ks = sorted({r["k"] for r in rows})
+    left.plot(ks, ks, color="grey", lw=3, alpha=0.4, label="ideal")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("devices")
+    left.set_yscale("log", base=2)
+    left.set_ylabel("predicted speed-up")
+    left.legend(fontsize=6)
+    right.set_yscale("log")
+    right.set_ylabel("ms per step: t1 compute (o), t2 all-reduce (x)")
+    save_figure(plt, fig, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""benchmarks.predict on hand-built records: the scaling model's arithmetic, the link
+fitted to a devices folder, validation rows, and bad input."""
+import json
+
+import pytest
+
+from benchmarks import predict as P
+from common.results import RunConfig, new_record, record_filename, write_atomic
+from tests.conftest import run_python, usage_error
+
+
+def _record(folder, devices, batch, sec_per_step, steps=10, **fields):
+    record = new_record(RunConfig("pytorch", "native", devices, batch_size=batch, **fields))
+    record.update(status="ok", sec_per_epoch=[sec_per_step * steps], steps_per_epoch=[steps],
+                  device_kind="cpu")
+    name = record_filename(record).replace("dev.json", f"-b{batch}dev.json")
+    write_atomic(folder / name, record)
+
+
+def test_ring_allreduce_and_compute_fit():
+    link = P.Link("x", bandwidth=1e9, latency=1e-5, source="test")
+    assert P.allreduce_sec(1e6, 1, link) == 0
+    # k = 4: 3 x 2 latencies + 2 x 3/4 x 1 MB / 1 GB/s
+    assert P.allreduce_sec(1e6, 4, link) == pytest.approx(6e-5 + 1.5e-3)
+    compute = P.Compute([(64, 0.002 + 64e-5), (256, 0.002 + 256e-5)])
+    assert compute.coefficients() == pytest.approx((0.002, 1e-5))
+    pr = P.predict(compute, int(1e6), 256, 4, link, overlap=0.0)
+    assert pr["t1"] == pytest.approx(0.002 + 64e-5) and pr["step"] == pytest.approx(pr["t1"] + pr["t2"])
+    # with overlap 1, all-reduce hides behind up to 2/3 of the step
+    hidden = P.predict(compute, int(1e6), 256, 4, link, overlap=1.0)
+    assert hidden["step"] == pytest.approx(pr["t1"] + max(0, pr["t2"] - 2 / 3 * pr["t1"]))
+    # the chapter's rule: compute beats communication by 20 % from this per-device batch on
+    slow = P.Link("slow", bandwidth=1e8, latency=1e-5, source="test")
+    b = P.rule_batch(compute, int(1e6), 4, slow)
+    assert b == 2048 and compute(b) > 1.2 * P.allreduce_sec(1e6, 4, slow) >= compute(b // 2)
+
+
+def test_predict_from_folders_with_a_measured_link(tmp_path):
+    runs, dev = tmp_path / "runs", tmp_path / "devices"
+    for batch in (64, 256):
+        _record(runs, 1, batch, 0.002 + batch * 1e-5, cores_per_device=1)
+    _record(runs, 2, 256, 0.004, cores_per_device=1)
+    # a devices folder whose native all-reduce takes 2 x 50 us + bytes / (1 GB/s)
+    rows = [{"variant": "native", "bytes": n, "median_s": 1e-4 + n / 1e9} for n in (4096, 2**20, 2**24)]
+    write_atomic(dev / "pytorch-allreduce.devices.json", {"status": "ok", "rows": rows})
+    link = P.fit_link(dev, "pytorch")
+    assert link.bandwidth == pytest.approx(1e9, rel=1e-6) and link.latency == pytest.approx(5e-5)
+    proc = run_python(["-m", "benchmarks.predict", str(runs), "--allreduce", str(dev)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = (runs / "predict.md").read_text()
+    assert "Predicted against measured" in text and (runs / "predict.png").exists()
+    row = next(l for l in text.splitlines() if l.startswith("| lenet") and "| 2 " in l and "256 |" in l
+               and "measured" not in l and l.count("|") == 9)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    want = P.predict(P.Compute([(64, 0.00264), (256, 0.00456)]), P.param_bytes("lenet"), 256, 2,
+                     link, 0.0)["step"]
+    assert float(cells[5]) == pytest.approx(want * 1e3, abs=0.01)     # predicted ms
+    assert float(cells[6]) == pytest.approx(4.0, abs=0.01)             # measured ms
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "give one of --link NAME or --allreduce DIR"),
+    (["--link", "pcie4-x16", "--overlap", "2"], "must be between 0 and 1"),
+    (["--link", "smoke-signals"], "invalid choice"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    _record(tmp_path, 1, 256, 0.01)
+    assert message in usage_error(["-m", "benchmarks.predict", str(tmp_path), *args])
+
+
+def test_no_one_device_run_is_bad_input(tmp_path):
+    _record(tmp_path, 2, 256, 0.01)
+    assert "no successful 1-device run" in usage_error(
+        ["-m", "benchmarks.predict", str(tmp_path), "--link", "25gbe"])
