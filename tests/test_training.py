@@ -211,7 +211,10 @@ def test_model_mode_two_stages(worker_record, framework, model):
     _ok(record)
     M, steps = MODEL_RUNS[model]["micro_batches"], MODEL_RUNS[model]["steps"]
     assert set(RECORD_KEYS) - {"traceback"} <= set(record) <= set(RECORD_KEYS)
-    assert len(record["device_names"]) == 2 and record["processes"] in (1, 2)
+    # a process per stage where the framework has one CPU device per process (PyTorch,
+    # Paddle): then equal losses below mean the stages really handed over between processes
+    per_stage = registry.facts(framework).native_processes and record["device_kind"] == "cpu"
+    assert len(record["device_names"]) == 2 and record["processes"] == (2 if per_stage else 1)
     assert record["micro_batches"] == M and len(record["stages"]) == 2
     assert len(record["stage_sec"]) == 2 and all(s > 0 for s in record["stage_sec"])
     assert 0 <= record["bubble"] < 1 and record["bubble_gpipe"] == gpipe_bubble(2, M)
