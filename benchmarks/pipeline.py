@@ -10,7 +10,9 @@ micro-batch shape); --rounds N runs everything N times, interleaved, and reports
 median and range. Also the per-unit cost of ResNet-18 measured by the pipeline itself (one
 stage per unit, busy seconds per stage) against the multiply-adds the cuts are
 balanced on. Writes the records and report.md to --out (default
-results/pipeline-<time>). A benchmark, not a test: nothing is asserted."""
+results/pipeline-<time>). A benchmark, not a test: nothing is asserted.
+--probe-engines only says whether the frameworks' own pipeline engines
+(torch.distributed.pipelining, Paddle's fleet PipelineParallel) run here."""
 from __future__ import annotations
 
 import argparse
@@ -155,6 +157,79 @@ def report(records: list[dict], units: dict, env: dict, load: tuple, command: st
     return "\n".join(lines)
 
 
+def _torch_engine_rank() -> None:
+    """One rank of a 2-stage GPipe step with torch.distributed.pipelining (gloo on a CPU)."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+    from common import launcher
+    r = launcher.RankInfo.from_env()
+    dist.init_process_group("gloo", init_method=f"tcp://{r.master_addr}:{r.master_port}",
+                            rank=r.rank, world_size=r.world_size)
+    try:
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Conv2d(1, 20, 3), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(),
+                            nn.Linear(20 * 13 * 13, 10))
+        stage = PipelineStage(net[:3] if r.rank == 0 else net[3:], r.rank, 2, torch.device("cpu"))
+        schedule = ScheduleGPipe(stage, 4, scale_grads=False, loss_fn=lambda out, y:
+                                 nn.functional.cross_entropy(out, y, reduction="sum"))
+        X, y = torch.randn(16, 1, 28, 28), torch.randint(0, 10, (16,))
+        losses = []
+        schedule.step(X) if r.rank == 0 else schedule.step(target=y, losses=losses)
+        if losses:
+            print(f"torch.distributed.pipelining ScheduleGPipe, 2 processes, gloo: ran "
+                  f"({len(losses)} micro-batch losses)", flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def _paddle_fleet_rank() -> None:
+    """One rank of a 2-stage step with Paddle's fleet PipelineParallel (CPU, gloo)."""
+    from common import launcher
+    r = launcher.RankInfo.from_env()
+    ends = [f"{r.master_addr}:{r.master_port + 1 + i}" for i in range(r.world_size)]
+    os.environ.update({"PADDLE_TRAINER_ID": str(r.rank), "PADDLE_TRAINERS_NUM": str(r.world_size),
+                       "PADDLE_CURRENT_ENDPOINT": ends[r.rank],
+                       "PADDLE_TRAINER_ENDPOINTS": ",".join(ends), "PADDLE_DISTRI_BACKEND": "gloo"})
+    import paddle
+    import paddle.distributed.fleet as fleet
+    from paddle import nn
+    from paddle.distributed.fleet.meta_parallel import LayerDesc, PipelineLayer
+    try:
+        strategy = fleet.DistributedStrategy()
+        strategy.hybrid_configs = {"dp_degree": 1, "mp_degree": 1, "pp_degree": 2}
+        strategy.pipeline_configs = {"accumulate_steps": 4, "micro_batch_size": 4}
+        fleet.init(is_collective=True, strategy=strategy)
+        model = PipelineLayer(layers=[LayerDesc(nn.Conv2D, 1, 20, 3), LayerDesc(nn.ReLU),
+                                      LayerDesc(nn.AvgPool2D, 2), LayerDesc(nn.Flatten),
+                                      LayerDesc(nn.Linear, 20 * 13 * 13, 10)],
+                              num_stages=2, loss_fn=nn.CrossEntropyLoss())
+        opt = fleet.distributed_optimizer(
+            paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters()))
+        model = fleet.distributed_model(model)
+        model.train_batch([paddle.randn([16, 1, 28, 28]), paddle.randint(0, 10, [16, 1])], opt)
+        if r.rank == 0:
+            print("paddle fleet PipelineParallel, 2 processes, gloo: ran", flush=True)
+    except Exception as e:  # noqa: BLE001 - the reason is the finding
+        if r.rank == 0:
+            print(f"paddle fleet PipelineParallel, 2 processes, gloo: {type(e).__name__}: {e}",
+                  flush=True)
+
+
+def probe_engines() -> None:
+    """Do the frameworks' own pipeline engines run here? Prints one line each."""
+    from common import launcher
+    for fw, fn in (("pytorch", _torch_engine_rank), ("paddle", _paddle_fleet_rank)):
+        if not registry.is_installed(fw):
+            print(f"{fw}: not installed")
+            continue
+        try:
+            launcher.launch(fn, 2, env={"OMP_NUM_THREADS": "1", **QUIET_ENV})
+        except launcher.LaunchError as e:
+            print(f"{fw}: {e}")
+
+
 def _f(x, digits=3):
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -167,9 +242,15 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=int, default=1800)
     p.add_argument("--out", default=None)
     p.add_argument("--rounds", type=int, default=2, help="runs of every configuration, interleaved")
+    p.add_argument("--probe-engines", action="store_true",
+                   help="only say whether torch.distributed.pipelining and Paddle's fleet "
+                        "PipelineParallel run here (2 processes, gloo)")
     p.add_argument("--measure-units", default=None, metavar="FRAMEWORK",
                    help="only print ResNet-18's per-unit busy seconds in FRAMEWORK (JSON)")
     args = p.parse_args(argv)
+    if args.probe_engines:
+        probe_engines()
+        return 0
     if args.measure_units:
         print(json.dumps(measure_units(args.measure_units, "resnet18", 32, 5, args.threads)))
         return 0
