@@ -46,6 +46,10 @@ class Mode(ABC):
                 or (registry.KNOWN_GAPS.get((framework, "sync-bn")) if sync_bn else None)
                 or (registry.KNOWN_GAPS.get((framework, execution)) if execution else None))
 
+    def devices(self, backend: Backend, n: int) -> list[str]:
+        """The n devices a run of this mode uses (the backend's choice by default)."""
+        return backend.devices(n)
+
     def precheck(self, backend: Backend, cfg, devices: list[str]) -> None:
         """Raise NotApplicable before any process starts where the run cannot go."""
 
@@ -104,6 +108,14 @@ class Model(Mode):
         if devices < 2 or not registry.facts(framework).native_processes or _gpu_model():
             return 1
         return devices
+
+    def devices(self, backend, n):
+        # fewer GPUs than stages: the GPUs take the first stages and the CPU the rest, the
+        # hardware chapter's split with what the machine has (on one GPU: GPU then CPU)
+        gpus = backend.num_gpus()
+        if 0 < gpus < n:
+            return [f"gpu:{i}" for i in range(gpus)] + ["cpu:0"] * (n - gpus)
+        return backend.devices(n)
 
     def precheck(self, backend, cfg, devices):
         if cfg.sync_bn:

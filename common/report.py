@@ -316,12 +316,13 @@ def definitions(rows: list[dict], records: list[dict]) -> list[str]:
                      f"pinned to k x {c} cores where the framework runs all devices in one; each "
                      "record's cpu_affinity lists them), so k devices had k times the cores of "
                      "one: the ideal speed-up is k, as on GPUs, and efficiency is against it.")
-    if any(r["devices"] > 1 and r.get("device kind") != "gpu" for r in rows) and not pinned:
+    ran = [r for r in rows if r["status"] == "ok"]       # a failed row ran on no device
+    if any(r["devices"] > 1 and r.get("device kind") != "gpu" for r in ran) and not pinned:
         lines.append("No GPU here: the k devices of a row are virtual devices (or processes) on the "
                      "same CPU cores, which they share (a 1-device run already uses them all), so "
                      "the ideal speed-up is 1 and a speed-up below 1 is the cost of splitting the "
                      "batch, not hardware left idle.")
-    elif rows and all(r.get("device kind") in ("cpu", None) for r in rows) and not pinned:
+    elif ran and all(r.get("device kind") in ("cpu", None) for r in ran) and not pinned:
         lines.append("No GPU here: every row ran on the CPU. Virtual devices (--devices 1,2) would "
                      "share its cores, so their ideal speed-up is 1; the default on a CPU runs 1 "
                      "device for that reason.")

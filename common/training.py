@@ -198,7 +198,7 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
         ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
         record["framework_version"] = backend.version()
         if processes > 1:
-            record["device_names"] = backend.devices(cfg.devices)
+            record["device_names"] = mode.devices(backend, cfg.devices)
             mode.precheck(backend, cfg, record["device_names"])
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "rank0.json"
@@ -210,7 +210,7 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
             peak = result.pop("peak_memory_mb_device")
         else:
             backend.setup(cpu_devices=cfg.devices, threads=threads)
-            devices = backend.devices(cfg.devices)
+            devices = mode.devices(backend, cfg.devices)
             record["device_names"] = devices
             mode.precheck(backend, cfg, devices)
             trainer = mode.trainer(backend, cfg, devices)
