@@ -48,7 +48,8 @@ CPU_DEFAULT_DEVICES = [1]
 # the options that make up a comparison (--resume takes them from PLAN_FILE)
 PLAN_OPTIONS = ("framework", "model", "mode", "execution", "devices", "epochs", "batch_size",
                 "batch_per_device", "lr", "sync_bn", "dataset", "data_dir", "steps_per_epoch",
-                "eval_samples", "seed", "threads", "cores_per_device", "target_accuracy", "repeat", "micro_batches")
+                "eval_samples", "seed", "threads", "cores_per_device", "target_accuracy", "repeat",
+                "micro_batches")
 
 
 def _device_counts(text):
@@ -199,21 +200,25 @@ class Plan:
     def configs(self) -> list[RunConfig]:
         r = self.run
         weak = r["batch_per_device"] is not None
-        configs = [RunConfig(framework=f, mode=m, devices=n, execution=e, model=r["model"], dataset=r["dataset"],
-                          data_dir=r["data_dir"], epochs=r["epochs"],
-                          batch_size=r["batch_per_device"] * n if weak else r["batch_size"],
-                          lr=r["lr"] * n if weak else r["lr"], batch_per_device=r["batch_per_device"],
-                          sync_bn=r["sync_bn"], seed=r["seed"],
-                          threads=r["cores_per_device"] * n if r.get("cores_per_device") else r["threads"],
-                          cores_per_device=r.get("cores_per_device"),
-                          target_accuracy=r.get("target_accuracy"),
-                          steps_per_epoch=r["steps_per_epoch"], eval_samples=r["eval_samples"],
-                          micro_batches=r.get("micro_batches") or 1)
+        configs = [RunConfig(framework=f, mode=m, devices=n, execution=e, model=r["model"],
+                             dataset=r["dataset"], data_dir=r["data_dir"], epochs=r["epochs"],
+                             batch_size=r["batch_per_device"] * n if weak else r["batch_size"],
+                             lr=r["lr"] * n if weak else r["lr"],
+                             batch_per_device=r["batch_per_device"],
+                             sync_bn=r["sync_bn"], seed=r["seed"],
+                             # with --cores-per-device: C threads per device
+                             threads=(r["cores_per_device"] * n if r.get("cores_per_device")
+                                      else r["threads"]),
+                             cores_per_device=r.get("cores_per_device"),
+                             target_accuracy=r.get("target_accuracy"),
+                             steps_per_epoch=r["steps_per_epoch"], eval_samples=r["eval_samples"],
+                             micro_batches=r.get("micro_batches") or 1)
                    for f in self.frameworks for m in self.modes for e in self.executions
                    for n in self.devices]
-        # an execution named that is the mode's default is the default run: once
-        by_file = {record_filename(new_record(c)): c for c in reversed(configs)}
-        return [c for c in configs if by_file[record_filename(new_record(c))] is c]
+        # an execution named that is the mode's default is the default run (the same
+        # file): run once
+        files = [record_filename(new_record(c)) for c in configs]
+        return [c for i, c in enumerate(configs) if files[i] not in files[:i]]
 
     def to_dict(self) -> dict:
         return {"frameworks": self.frameworks, "modes": self.modes, "devices": self.devices,

@@ -19,8 +19,8 @@ FAILED = ("failed", "diverged")     # statuses that make compare exit 1
 RECORD_KEYS = (
     # what was run
     "framework", "framework_version", "model", "mode", "devices", "device_names", "device_kind",
-    "processes", "native_mechanism", "execution", "execution_mechanism", "dataset", "epochs", "batch_size", "batch_per_device",
-    "scaling", "lr", "sync_bn", "seed", "threads", "cores_per_device", "cpu_affinity",
+    "processes", "native_mechanism", "execution", "execution_mechanism", "dataset", "epochs",
+    "batch_size", "batch_per_device", "scaling", "lr", "sync_bn", "seed", "threads", "cores_per_device", "cpu_affinity",
     "eval_samples",
     # what it measured
     "warmup_sec", "compile_sec", "estimated_sec_per_epoch", "sec_per_epoch", "steps_per_epoch",
@@ -39,8 +39,8 @@ STEP_LOSSES_KEPT = 50
 COMPARE_KEYS = ("repeats", "repeat_planned")
 # the figures of one repeat, kept for each in a record's "repeats"
 REPEAT_KEYS = ("status", "error", "sec_per_epoch", "steps_per_epoch", "samples_per_sec",
-               "warmup_sec", "compile_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
-               "peak_memory_mb", "diverged_step", "last_finite_loss", "epochs_to_target",
+               "warmup_sec", "compile_sec", "test_accuracy", "test_accuracy_per_epoch",
+               "train_loss", "peak_memory_mb", "diverged_step", "last_finite_loss", "epochs_to_target",
                "sec_to_target")
 
 
@@ -77,17 +77,19 @@ class RunConfig:
         return asdict(self)
 
 
-def _execution(cfg: RunConfig) -> str | None:
-    """The execution a run uses (the mode's default when none was asked for)."""
-    known = cfg.framework in registry.FRAMEWORKS and cfg.mode in modes.MODES
-    return modes.execution(cfg.framework, cfg.mode, cfg.execution) if known else cfg.execution
+def _default_execution(framework: str, mode: str) -> str | None:
+    """The execution a mode runs when none is asked for; None for a framework or mode
+    the registry does not know (a record from elsewhere)."""
+    if framework in registry.FRAMEWORKS and mode in modes.MODES:
+        return modes.execution(framework, mode, None)
+    return None
 
 
 def new_record(cfg: RunConfig) -> dict:
     """A record with every key, filled from the config; the run fills in the rest."""
     record = dict.fromkeys(RECORD_KEYS)
     record.update(framework=cfg.framework, model=cfg.model, mode=cfg.mode, devices=cfg.devices,
-                  execution=_execution(cfg),
+                  execution=cfg.execution or _default_execution(cfg.framework, cfg.mode),
                   dataset=cfg.dataset, epochs=cfg.epochs, batch_size=cfg.batch_size,
                   batch_per_device=cfg.batch_per_device,
                   scaling="weak" if cfg.batch_per_device else "fixed", lr=cfg.lr,
@@ -177,10 +179,8 @@ def record_filename(record: dict) -> str:
     sync = "-syncbn" if record.get("sync_bn") else ""
     # an execution other than the mode's default is named (a default run's file keeps
     # its name, whether or not --execution named it)
-    ran = record.get("execution")
-    known = record["framework"] in registry.FRAMEWORKS and record["mode"] in modes.MODES
-    execution = (f"-{ran}" if ran and known and
-                 ran != modes.execution(record["framework"], record["mode"], None) else "")
+    ran, default = record.get("execution"), _default_execution(record["framework"], record["mode"])
+    execution = f"-{ran}" if ran and default and ran != default else ""
     return (f"{model}{record['framework']}-{record['mode']}{sync}{execution}-"
             f"{record['devices']}dev.json")
 

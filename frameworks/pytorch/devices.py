@@ -1,8 +1,11 @@
 """The device API: neutral names <-> torch.device."""
+import shutil
+
 import numpy as np
 import torch
 
 from common import devices as dev
+from common.contract import NotApplicable
 
 
 def torch_device(device: str) -> torch.device:
@@ -13,13 +16,11 @@ def torch_device(device: str) -> torch.device:
 def compile_check(devices) -> None:
     """torch.compile's inductor writes C++ (OpenMP) kernels for the CPU and builds them
     with the machine's C++ compiler: without one, a compiled run on the CPU says so."""
-    import shutil
     if all(d.startswith("gpu") for d in devices):
         return                       # Triton kernels, built by Triton itself
-    from torch._inductor import cpp_builder
+    from torch._inductor import cpp_builder     # torch.compile's own, imported when used
     compiler = cpp_builder.get_cpp_compiler()
     if not shutil.which(compiler):
-        from common.contract import NotApplicable
         raise NotApplicable(f"torch.compile on the CPU builds C++ kernels with {compiler!r}, which "
                             "this machine does not have; install a C++ compiler (g++) or set CXX")
 

@@ -49,9 +49,12 @@ class Scratch:
         return ([X[lo:hi].to(d, non_blocking=True) for (lo, hi), d in zip(bounds, ds)],
                 [y[lo:hi].to(d, non_blocking=True) for (lo, hi), d in zip(bounds, ds)])
 
+    def bind_train_batch(self, train_batch, replicas, devices, lr, execution):
+        if execution == "compiled":
+            compile_check(devices)      # once for the replica set, not in every step
+        return super().bind_train_batch(train_batch, replicas, devices, lr, execution)
+
     def shard_loss_and_grads(self, replica, X, y):
-        if replica.execution == "compiled":
-            compile_check([replica.device])
         # compiled: torch.compile (AOTAutograd compiles the backward too)
         loss, logits = training_forward(self, replica.model, replica.execution, loss_sum,
                                         torch.compile)(list(replica), replica.state, X, y)
