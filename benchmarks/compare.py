@@ -49,7 +49,16 @@ CPU_DEFAULT_DEVICES = [1]
 PLAN_OPTIONS = ("framework", "model", "mode", "execution", "devices", "epochs", "batch_size",
                 "batch_per_device", "lr", "sync_bn", "dataset", "data_dir", "steps_per_epoch",
                 "eval_samples", "seed", "threads", "cores_per_device", "target_accuracy", "repeat",
-                "micro_batches")
+                "micro_batches", "nodes", "node_rank", "master", "node_hosts", "launcher",
+                "join_timeout")
+# Across machines, the modes run unless --mode names others: each framework's engine
+CLUSTER_MODES = "native"
+# Seconds a node may take to join a run, and a joined node to show progress (a step, an
+# evaluation): the slowest start measured here, TensorFlow's import and collective
+# set-up on a busy 2-core machine, is under a minute, and one CPU step or evaluation of
+# ResNet-18 a few tens of seconds; five minutes leaves room for both and still ends a
+# run whose node died long before torch's 30-minute collective time-out.
+DEFAULT_JOIN_TIMEOUT = 300
 
 
 def _device_counts(text):
@@ -70,8 +79,10 @@ def build_parser() -> Parser:
                    help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}")
     p.add_argument("--model", default="lenet", choices=models.NAMES,
                    help="the network to train (resnet18 costs about 200x LeNet per image)")
-    p.add_argument("--mode", default=",".join(m.name for m in MODES.values() if m.default),
-                   help="all, or a comma-separated list of: " +
+    p.add_argument("--mode", default=None,
+                   help="all, or a comma-separated list of (default: " +
+                        ",".join(m.name for m in MODES.values() if m.default) +
+                        f"; {CLUSTER_MODES} with --nodes): " +
                         "; ".join(f"{m.name} ({m.description})" for m in MODES.values()))
     p.add_argument("--execution", default="default",
                    help="default (what each framework's mode runs: named in every row), all, or "
@@ -113,6 +124,25 @@ def build_parser() -> Parser:
     p.add_argument("--target-accuracy", type=fraction, default=None, metavar="A",
                    help="also record the training time and epochs until test accuracy (evaluated "
                         "after every epoch) first reaches A, e.g. 0.7; --epochs is the most it gets")
+    p.add_argument("--nodes", type=positive, default=1,
+                   help="run across this many machines, each framework on its own engine "
+                        "(torchrun, paddle.distributed.launch, TF_CONFIG workers, MXNet's "
+                        "dist_sync parameter server): run the same command on every machine "
+                        "with its --node-rank and node 0's --master; --devices is then per "
+                        "machine, and --mode defaults to native")
+    p.add_argument("--node-rank", type=non_negative, default=None,
+                   help="this machine's place among the --nodes (0 is the master)")
+    p.add_argument("--master", default=None, metavar="HOST:PORT",
+                   help="node 0's address and a free port there, the same on every machine")
+    p.add_argument("--node-hosts", default=None, metavar="HOST,HOST,...",
+                   help="every machine's address in node order; TensorFlow and Keras need it "
+                        "(TF_CONFIG lists every worker)")
+    p.add_argument("--launcher", choices=("cluster", "local"), default="cluster",
+                   help="cluster: this machine is one of the --nodes; local: simulate all of "
+                        "them here, on localhost, each with its own processes")
+    p.add_argument("--join-timeout", type=positive_float, default=DEFAULT_JOIN_TIMEOUT,
+                   metavar="S", help="a run fails when a node has not joined within S seconds, "
+                                     "or a joined one shows no progress for S seconds")
     p.add_argument("--repeat", type=positive, default=1,
                    help="runs of every configuration, each in a fresh process, interleaved "
                         "across frameworks; the table shows their median and spread")
@@ -148,6 +178,10 @@ def _executions(text: str) -> list[str | None]:
 def resolve(args) -> tuple[list[str], list[str], list[int]]:
     """Validate the arguments that argparse cannot; raise UsageError with the fix."""
     frameworks = names(args.framework, registry.NAMES, "framework")
+    check_nodes(args)
+    if args.mode is None:
+        args.mode = (CLUSTER_MODES if args.nodes > 1 else
+                     ",".join(m.name for m in MODES.values() if m.default))
     modes = names(args.mode, MODES, "mode")
     gpus = gpu_count()
     counts = args.devices or (sorted({1, gpus}) if gpus else list(CPU_DEFAULT_DEVICES))
@@ -177,6 +211,41 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
     return frameworks, modes, counts
 
 
+# RunConfig fields of a run across machines (absent from plans written before them)
+CLUSTER_KEYS = ("nodes", "node_rank", "master", "node_hosts", "launcher", "join_timeout")
+
+
+def check_nodes(args) -> None:
+    """The several-machine options: consistent, or a UsageError with the fix."""
+    given = [o for o, v in (("--node-rank", args.node_rank), ("--master", args.master),
+                            ("--node-hosts", args.node_hosts)) if v is not None]
+    if args.nodes == 1:
+        if given or args.launcher == "local":
+            raise UsageError(f"{(given or ['--launcher local'])[0]} is for runs across machines: "
+                             "add --nodes N (2 or more)")
+        return
+    if args.launcher == "local":
+        if given:
+            raise UsageError(f"--launcher local simulates every node here: drop {given[0]}")
+        return
+    if args.node_rank is None or args.master is None:
+        raise UsageError(f"--nodes {args.nodes} on a cluster needs this machine's --node-rank "
+                         "and node 0's --master HOST:PORT (or --launcher local to simulate the "
+                         "nodes here)")
+    if args.node_rank >= args.nodes:
+        raise UsageError(f"--node-rank {args.node_rank} is not one of the {args.nodes} nodes "
+                         f"(0 to {args.nodes - 1})")
+    host, _, port = args.master.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--master {args.master!r} is not HOST:PORT (e.g. 10.0.0.1:29500)")
+    if args.node_hosts is not None:
+        hosts = [h.strip() for h in args.node_hosts.split(",")]
+        if "" in hosts or len(hosts) != args.nodes:
+            raise UsageError(f"--node-hosts lists {len(hosts)} hosts for --nodes {args.nodes}; "
+                             "give one per node, in node order")
+        args.node_hosts = hosts
+
+
 @dataclass
 class Plan:
     """What one comparison runs: its rows, its repeats and the options shared by every
@@ -190,7 +259,8 @@ class Plan:
 
     RUN_KEYS = ("model", "dataset", "data_dir", "epochs", "batch_size", "batch_per_device", "lr",
                 "sync_bn", "seed", "threads", "steps_per_epoch", "eval_samples", "cores_per_device",
-                "target_accuracy", "micro_batches")
+                "target_accuracy", "micro_batches", "nodes", "node_rank", "master", "node_hosts",
+                "launcher", "join_timeout")
 
     @classmethod
     def from_args(cls, args, frameworks, modes, counts) -> "Plan":
@@ -212,7 +282,8 @@ class Plan:
                              cores_per_device=r.get("cores_per_device"),
                              target_accuracy=r.get("target_accuracy"),
                              steps_per_epoch=r["steps_per_epoch"], eval_samples=r["eval_samples"],
-                             micro_batches=r.get("micro_batches") or 1)
+                             micro_batches=r.get("micro_batches") or 1,
+                             **{k: r[k] for k in CLUSTER_KEYS if r.get(k) is not None})
                    for f in self.frameworks for m in self.modes for e in self.executions
                    for n in self.devices]
         # an execution named that is the mode's default is the default run (the same

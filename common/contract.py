@@ -205,8 +205,11 @@ class Backend(ABC):
         return None
 
     # --- processes: started by common.launcher, joined here ---
-    def join(self, rank) -> None:
-        """Join the process group of a multi-process run (rank: common.launcher.RankInfo)."""
+    def join(self, rank, timeout: float | None = None):
+        """Join the process group of a multi-process run (rank: common.launcher.RankInfo),
+        waiting at most `timeout` seconds for a peer where the engine lets us say so.
+        Returns the RankInfo the engine gave this process where it numbers the ranks
+        itself (MXNet's scheduler), else None."""
         raise NotApplicable(f"{self.name} runs its native data parallelism in one process")
 
     def leave(self) -> None:

@@ -35,15 +35,21 @@ class RankInfo:
 
     @classmethod
     def from_env(cls) -> RankInfo:
-        """This process's place in the run, as its launcher set it."""
+        """This process's place in the run, as its launcher set it: torchrun's names
+        (common.launcher, torchrun, our TF_CONFIG and MXNet nodes), else those of
+        paddle.distributed.launch."""
+        e = os.environ
+        if "RANK" not in e and "PADDLE_GLOBAL_RANK" in e:
+            host, port = e["PADDLE_MASTER"].rsplit(":", 1)
+            return cls(int(e["PADDLE_GLOBAL_RANK"]), int(e["PADDLE_GLOBAL_SIZE"]),
+                       int(e["PADDLE_LOCAL_RANK"]), int(e["PADDLE_LOCAL_SIZE"]), host, int(port))
         try:
-            e = os.environ
             return cls(int(e["RANK"]), int(e["WORLD_SIZE"]), int(e["LOCAL_RANK"]),
                        int(e.get("LOCAL_WORLD_SIZE", e["WORLD_SIZE"])), e["MASTER_ADDR"],
                        int(e["MASTER_PORT"]))
         except KeyError as missing:
             raise LaunchError(f"{missing} is not set: this process was not started by a "
-                              "launcher (common.launcher, torchrun)") from None
+                              "launcher (common.launcher, common.nodes, torchrun)") from None
 
 
 def free_port(addr: str = "127.0.0.1") -> int:

@@ -46,6 +46,11 @@ class Mode(ABC):
                 or (registry.KNOWN_GAPS.get((framework, "sync-bn")) if sync_bn else None)
                 or (registry.KNOWN_GAPS.get((framework, execution)) if execution else None))
 
+    def across_nodes(self) -> str | None:
+        """Why this mode does not run across several machines, or None where it does."""
+        return (f"{self.name} mode runs on one machine; across machines the suite runs each "
+                "framework's own distributed engine: --mode native")
+
     def devices(self, backend: Backend, n: int) -> list[str]:
         """The n devices a run of this mode uses (the backend's choice by default)."""
         return backend.devices(n)
@@ -71,6 +76,9 @@ class Scratch(Mode):
 
 
 class Native(Mode):
+    def across_nodes(self):
+        return None
+
     def processes(self, framework, devices):
         return devices if registry.facts(framework).native_processes else 1
 

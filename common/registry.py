@@ -21,6 +21,8 @@ class Framework:
     # one a mode runs when none is asked for ("*": every mode not named)
     executions: dict[str, str]
     default_execution: dict[str, str]
+    # how its engine starts on each of several machines (a key of common.nodes.LAUNCHERS)
+    cluster: str = ""
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -30,7 +32,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"eager": "PyTorch eager: autograd op by op",
                "compiled": "torch.compile (TorchDynamo + inductor: C++/OpenMP kernels on CPU, "
                            "Triton on GPUs)"},
-              {"*": "eager"}),
+              {"*": "eager"}, "torchrun"),
     Framework("tensorflow", "frameworks.tensorflow", ("tensorflow",), ("tensorflow",), "tensorflow",
               "tf.distribute.MirroredStrategy, custom loop with strategy.run and "
               "strategy.reduce in a tf.function", False,
@@ -38,21 +40,21 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "graph": "tf.function: traced once into a TensorFlow graph (grappler, no XLA)",
                "compiled": "XLA: each device's forward and backward in a "
                            "tf.function(jit_compile=True), the rest in a tf.function"},
-              {"*": "graph", "model": "eager"}),
+              {"*": "graph", "model": "eager"}, "tf-config"),
     Framework("mxnet", "frameworks.mxnet", ("mxnet",), ("mxnet",), "mxnet",
               "gluon.Trainer over a context list, gradients reduced by a KVStore", False,
               {"eager": "MXNet imperative NDArray ops under autograd.record (queued "
                         "asynchronously to its engine)",
                "compiled": "HybridBlock.hybridize(static_alloc, static_shape): a cached "
                            "symbolic graph"},
-              {"*": "eager", "native": "compiled"}),
+              {"*": "eager", "native": "compiled"}, "dmlc"),
     Framework("paddle", "frameworks.paddle", ("paddle",), ("paddlepaddle", "paddlepaddle-gpu"),
               "paddle", "paddle.DataParallel, one process per device "
               "(gloo on CPU, nccl on GPU)", True,
               {"eager": "Paddle dynamic graph (dygraph): ops run as Python calls them",
                "compiled": "paddle.jit.to_static: the forward as a static program, run by "
                            "Paddle's executor"},
-              {"*": "eager"}),
+              {"*": "eager"}, "paddle-launch"),
     # Keras 3 runs here on its TensorFlow backend
     Framework("keras", "frameworks.keras", ("keras", "tensorflow"), ("keras", "tensorflow"), "keras",
               "model.fit under tf.distribute.MirroredStrategy "
@@ -60,7 +62,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"eager": "Model.compile(run_eagerly=True): train_step op by op",
                "graph": "Model.compile(jit_compile=False): train_step in a tf.function",
                "compiled": "Model.compile(jit_compile=True): train_step compiled by XLA"},
-              {"*": "graph", "model": "eager"}),
+              {"*": "graph", "model": "eager"}, "tf-config"),
 )}
 NAMES = tuple(FRAMEWORKS)
 

@@ -30,6 +30,11 @@ RECORD_KEYS = (
     # model mode (the pipeline, common/pipeline.py); None in the other modes but micro_batches
     "micro_batches", "stages", "stage_devices", "stage_sec", "handover_sec",
     "bytes_between_stages", "bubble", "bubble_gpipe",
+    # several machines (common.nodes): node count, this machine's node, how the nodes
+    # were started, the processes over all nodes, MXNet's parameter servers, and each
+    # simulated node's sec/epoch (--launcher local)
+    "nodes", "node_rank", "launcher", "cluster_launcher", "world_size", "servers",
+    "node_sec_per_epoch",
     # how it ended, and where
     "status", "error", "traceback", "env",
 )
@@ -72,6 +77,16 @@ class RunConfig:
     eval_samples: int | None = None    # cap on the test images evaluated (None: all)
     warmup_steps: int = 2
     micro_batches: int = 1         # model mode: the batch flows through the stages in M parts
+    # several machines (common.nodes): `devices` is then per node. launcher "cluster":
+    # this machine is node `node_rank` and `master` (HOST:PORT) is node 0's address;
+    # "local": every node is simulated here. node_hosts: every node's address, in node
+    # order (TensorFlow's TF_CONFIG lists every worker)
+    nodes: int = 1
+    node_rank: int = 0
+    master: str | None = None
+    launcher: str = "cluster"
+    node_hosts: list[str] | None = None
+    join_timeout: float = 300.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -96,6 +111,8 @@ def new_record(cfg: RunConfig) -> dict:
                   sync_bn=cfg.sync_bn, seed=cfg.seed, threads=cfg.threads,
                   cores_per_device=cfg.cores_per_device, target_accuracy=cfg.target_accuracy,
                   eval_samples=cfg.eval_samples, micro_batches=cfg.micro_batches,
+                  nodes=cfg.nodes, node_rank=cfg.node_rank if cfg.nodes > 1 else None,
+                  launcher=cfg.launcher if cfg.nodes > 1 else None,
                   status="failed",
                   sec_per_epoch=[], train_loss=[], step_losses=[], device_names=[])
     return record
@@ -181,8 +198,9 @@ def record_filename(record: dict) -> str:
     # its name, whether or not --execution named it)
     ran, default = record.get("execution"), _default_execution(record["framework"], record["mode"])
     execution = f"-{ran}" if ran and default and ran != default else ""
+    nodes = f"{record['nodes']}nodes-" if (record.get("nodes") or 1) > 1 else ""
     return (f"{model}{record['framework']}-{record['mode']}{sync}{execution}-"
-            f"{record['devices']}dev.json")
+            f"{nodes}{record['devices']}dev.json")
 
 
 def ok_repeats(record: dict) -> list[dict]:

@@ -3,6 +3,7 @@ framework, model and mode. Frameworks only supply a Trainer; modes say how it is
 built and how many processes it takes; common.launcher starts those processes."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -40,7 +41,8 @@ def divergence(losses: np.ndarray, first: float) -> int | None:
 
 def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Dataset,
           on_step: Callable[[], None] = lambda: None, evaluate: bool = True,
-          on_estimate: Callable[[float], None] = lambda s: None) -> dict:
+          on_estimate: Callable[[float], None] = lambda s: None,
+          on_evaluated: Callable[[], None] = lambda: None) -> dict:
     """Warm up, reset to the initial weights, then train and time cfg.epochs epochs.
     The device is synchronised before every clock read."""
     model = models.get(cfg.model)
@@ -99,6 +101,7 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
             t0 = time.perf_counter()
             pred = trainer.predict(X_test)
             out["eval_sec"].append(time.perf_counter() - t0)
+            on_evaluated()
             out["test_accuracy_per_epoch"].append(float((pred == y_test).mean()))
             if (cfg.target_accuracy is not None and out.get("epochs_to_target") is None
                     and out["test_accuracy_per_epoch"][-1] >= cfg.target_accuracy):
@@ -118,34 +121,54 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     return out
 
 
-def _rank_main(cfg_dict: dict, result_path: str, progress: bool) -> None:
-    """One process of a multi-process run (started by common.launcher); rank 0 writes
-    the result."""
-    cfg = RunConfig(**cfg_dict)
+def rank_main(cfg: RunConfig, result_path: Path, progress: bool = True) -> None:
+    """One process of a multi-process run, started by common.launcher (one machine) or
+    by a framework's own launcher (common.nodes); the first rank of each machine writes
+    that machine's result. A rank holds one device, or all of its machine's devices
+    where one process per machine runs them (MXNet's KVStore worker)."""
     rank = launcher.RankInfo.from_env()
     backend = registry.get(cfg.framework)
-    backend.setup(cpu_devices=1, threads=(cfg.cores_per_device * cfg.devices // rank.world_size
-                                          if cfg.cores_per_device else
-                                          max(1, cfg.threads // rank.world_size)))
-    backend.join(rank)
+    held = max(1, cfg.devices // rank.local_world_size)
+    backend.setup(cpu_devices=held, threads=(cfg.cores_per_device * held if cfg.cores_per_device
+                                             else max(1, cfg.threads // rank.local_world_size)))
+    rank = backend.join(rank, cfg.join_timeout) or rank   # a framework may number ranks itself
+    first = rank.local_rank == 0
+    if progress and first:
+        _say("@joined")()
     try:
         ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
-        device = backend.rank_device(rank)
         mode = MODES[cfg.mode]
-        trainer = mode.trainer(backend, cfg, [device], rank.rank, rank.world_size)
-        first = rank.rank == 0
+        devices = (mode.devices(backend, held) if held > 1 else [backend.rank_device(rank)])
+        trainer = mode.trainer(backend, cfg, devices, rank.rank, rank.world_size)
         result = train(backend, trainer, cfg, ds, progress_printer() if (progress and first)
                        else lambda: None, evaluate=first or mode.every_rank_predicts,
-                       on_estimate=estimate_printer() if (progress and first) else lambda s: None)
+                       on_estimate=estimate_printer() if (progress and first) else lambda s: None,
+                       on_evaluated=_say("@evaluated") if (progress and first) else lambda: None)
         if first:
-            result["device_names"] = [
-                backend.rank_device(launcher.RankInfo(r, rank.world_size, r, rank.world_size,
-                                                      rank.master_addr, rank.master_port))
-                for r in range(rank.world_size)]
+            result["device_names"] = (devices if held > 1 else [
+                backend.rank_device(launcher.RankInfo(r, rank.world_size, r,
+                                                      rank.local_world_size, rank.master_addr,
+                                                      rank.master_port))
+                for r in range(rank.local_world_size)])
             result["peak_memory_mb_device"] = backend.peak_memory_mb()
+            result["world_size"] = rank.world_size
             Path(result_path).write_text(json.dumps(result))
     finally:
         backend.leave()
+
+
+def _rank_main(cfg_dict: dict, result_path: str, progress: bool) -> None:
+    """A rank started by common.launcher.launch (picklable arguments)."""
+    rank_main(RunConfig(**cfg_dict), Path(result_path), progress)
+
+
+def _say(line: str) -> Callable[[], None]:
+    """A callback that tells the parent process one line (a node's supervisor watches
+    for them: common.nodes)."""
+    def say():
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    return say
 
 
 def progress_printer() -> Callable[[], None]:
@@ -172,6 +195,8 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
     record["env"] = env_info()
     record["framework_version"] = framework_version(cfg.framework, record["env"])
     mode = MODES[cfg.mode]
+    if cfg.nodes > 1:
+        return _run_nodes(cfg, record, mode, progress)
     gap = mode.gap(cfg.framework, cfg.sync_bn, record["execution"])
     processes = mode.processes(cfg.framework, cfg.devices)
     threads = max(1, cfg.threads // processes)
@@ -218,22 +243,81 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
                            progress_printer() if progress else lambda: None,
                            on_estimate=estimate_printer() if progress else lambda s: None)
             peak = backend.peak_memory_mb()
-        record.update(result)
-        record["device_kind"] = record["device_names"][0].split(":")[0]
-        record["processes"] = processes
-        record["native_mechanism"] = backend.facts.native if cfg.mode == "native" else None
-        record["execution_mechanism"] = backend.facts.executions.get(record["execution"])
-        record["peak_memory_mb"] = peak if peak is not None else _max_rss_mb()
-        record["peak_memory_source"] = "device allocator" if peak is not None else "process max RSS"
-        record["status"] = "ok"
-        if record.get("diverged_step") is not None:
-            record.update(status="diverged", error=(
-                f"the loss diverged at step {record['diverged_step']} (not finite, or over "
-                f"{DIVERGENCE_FACTOR:g}x the first loss); last finite loss "
-                f"{record['last_finite_loss']}; lower --lr"))
+        _finish(record, result, backend.facts, processes, peak)
         if gap:
             record.update(status="failed", error=f"listed as a known gap ({gap}) but it ran; "
                                                  "update common.registry.KNOWN_GAPS")
+    except NotApplicable as e:
+        record.update(status="not-applicable", error=str(e))
+    except Exception as e:  # noqa: BLE001 - a failed run is data, the others go on
+        record.update(status="failed", error=f"{type(e).__name__}: {e}",
+                      traceback=traceback.format_exc(limit=8))
+    return record
+
+
+def _finish(record: dict, result: dict, facts: registry.Framework, processes: int,
+            peak: float | None) -> None:
+    """A record completed from a finished run's result."""
+    record.update(result)
+    record["device_kind"] = record["device_names"][0].split(":")[0]
+    record["processes"] = processes
+    record["native_mechanism"] = facts.native if record["mode"] == "native" else None
+    record["execution_mechanism"] = facts.executions.get(record["execution"])
+    record["peak_memory_mb"] = peak if peak is not None else _max_rss_mb()
+    record["peak_memory_source"] = "device allocator" if peak is not None else "process max RSS"
+    record["status"] = "ok"
+    if record.get("diverged_step") is not None:
+        record.update(status="diverged", error=(
+            f"the loss diverged at step {record['diverged_step']} (not finite, or over "
+            f"{DIVERGENCE_FACTOR:g}x the first loss); last finite loss "
+            f"{record['last_finite_loss']}; lower --lr"))
+
+
+def _run_nodes(cfg: RunConfig, record: dict, mode, progress: bool) -> dict:
+    """A run across cfg.nodes machines on the framework's own engine (common.nodes):
+    every node here with --launcher local, else this machine's one."""
+    from . import nodes
+    if not registry.is_installed(cfg.framework):
+        record.update(status="not-installed", error=f"framework {cfg.framework!r} is not "
+                      f"installed; install it with: {registry.install_hint(cfg.framework)}")
+        return record
+    why = mode.across_nodes() or mode.gap(cfg.framework, execution=record["execution"])
+    if why is None and cfg.sync_bn:
+        why = "synchronised BatchNorm across machines is not run by the suite (one machine only)"
+    if why is None and registry.facts(cfg.framework).cluster == "tf-config" and (
+            cfg.launcher == "cluster" and not cfg.node_hosts):
+        why = ("TF_CONFIG lists every worker's address: give every node's host with "
+               "--node-hosts HOST0,HOST1,...")
+    if why:
+        record.update(status="not-applicable", error=why)
+        return record
+    if cfg.launcher == "local":
+        cluster = nodes.Cluster(cfg.nodes, tuple(range(cfg.nodes)), "127.0.0.1",
+                                launcher.free_port(), None, cfg.join_timeout)
+    else:
+        host, port = cfg.master.rsplit(":", 1)
+        cluster = nodes.Cluster(cfg.nodes, (cfg.node_rank,), host, int(port),
+                                tuple(cfg.node_hosts) if cfg.node_hosts else None, cfg.join_timeout)
+    facts = registry.facts(cfg.framework)
+    record["cluster_launcher"] = nodes.LAUNCHERS[facts.cluster]
+    record["servers"] = nodes.servers(cfg.framework, cfg.nodes)
+    say = (lambda line: (sys.stdout.write(line), sys.stdout.flush())) if progress else (lambda line: None)
+    try:
+        cores = None
+        if cfg.cores_per_device:     # each node its own cores: C per device
+            sets = launcher.core_sets(cfg.cores_per_device * cfg.devices, len(cluster.local_nodes))
+            cores = dict(zip(cluster.local_nodes, sets))
+            record["cpu_affinity"] = sets
+        if cfg.launcher == "local" and not cfg.cores_per_device:
+            # the simulated nodes share this machine's threads
+            cfg = dataclasses.replace(cfg, threads=max(1, cfg.threads // cfg.nodes))
+        with tempfile.TemporaryDirectory(prefix="dl-compare-nodes-") as tmp:
+            results = nodes.run(cfg, cluster, Path(tmp), say, cores)
+        result = results[0]
+        record["node_sec_per_epoch"] = [r["sec_per_epoch"] for r in results]
+        record["device_names"] = result.pop("device_names")
+        peak = result.pop("peak_memory_mb_device")
+        _finish(record, result, facts, result["world_size"], peak)
     except NotApplicable as e:
         record.update(status="not-applicable", error=str(e))
     except Exception as e:  # noqa: BLE001 - a failed run is data, the others go on

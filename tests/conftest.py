@@ -126,14 +126,15 @@ RUN_SHAPE = {"lenet": {"batch_size": 256, "lr": 0.2, "steps_per_epoch": 20},
 
 @pytest.fixture(scope="session")
 def worker_record(tmp_path_factory):
-    """(framework, mode, devices, model, steps, sync_bn, execution, micro_batches) -> the
-    record of a real worker run on synthetic data, run once and shared by the tests that
+    """(framework, mode, devices, model, steps, sync_bn, execution, micro_batches, **more
+    RunConfig fields) -> the record of a real worker run on synthetic data, run once and shared by the tests that
     need it."""
     cache = {}
 
     def get(framework, mode, devices, model="lenet", steps=None, sync_bn=False, execution=None,
-            micro_batches=1):
-        key = (framework, mode, devices, model, steps, sync_bn, execution, micro_batches)
+            micro_batches=1, **extra):
+        key = (framework, mode, devices, model, steps, sync_bn, execution, micro_batches,
+               tuple(sorted(extra.items())))
         if key not in cache:
             if not registry.is_installed(framework):
                 pytest.fail(f"{framework} is required here but not installed")
@@ -142,7 +143,7 @@ def worker_record(tmp_path_factory):
                    "execution": execution,
                    "dataset": "synthetic", "epochs": 1, "sync_bn": sync_bn, "threads": 2,
                    "micro_batches": micro_batches,
-                   **RUN_SHAPE[model]}
+                   **RUN_SHAPE[model], **extra}
             if steps is not None:
                 cfg["steps_per_epoch"] = steps
             proc = run_python(["-m", "benchmarks.worker", json.dumps(cfg), str(out)], threads=2)

@@ -26,6 +26,17 @@ BAD_INPUT = [
     (["--execution", "jit"], "unknown execution 'jit'"),
     (["--execution", "eager,,compiled"], "--execution 'eager,,compiled' has an empty name"),
     (["--out", "/proc/x/y"], "--out /proc/x/y cannot be created or written"),
+    # several machines
+    (["--node-rank", "0"], "--node-rank is for runs across machines: add --nodes N"),
+    (["--launcher", "local"], "--launcher local is for runs across machines"),
+    (["--nodes", "2"], "needs this machine's --node-rank and node 0's --master"),
+    (["--nodes", "2", "--node-rank", "2", "--master", "h:1"], "--node-rank 2 is not one of the 2"),
+    (["--nodes", "2", "--node-rank", "1", "--master", "h"], "--master 'h' is not HOST:PORT"),
+    (["--nodes", "2", "--node-rank", "1", "--master", "h:99999"], "is not HOST:PORT"),
+    (["--nodes", "2", "--launcher", "local", "--master", "h:1"], "drop --master"),
+    (["--nodes", "2", "--node-rank", "0", "--master", "h:1", "--node-hosts", "a"],
+     "--node-hosts lists 1 hosts for --nodes 2"),
+    (["--nodes", "2", "--launcher", "local", "--join-timeout", "0"], "must be a finite number above 0"),
 ]
 
 

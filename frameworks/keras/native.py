@@ -57,18 +57,44 @@ class Progress(keras.callbacks.Callback):
         self.on_step()
 
 
+def _reduce_scalars_across_workers() -> None:
+    """Keras 3.15's fit under MultiWorkerMirroredStrategy reduces each step's logs with
+    strategy.reduce("MEAN", v, axis=0), which fails on a scalar such as the loss
+    ("Invalid reduction dimension 0 for input with 0 dimensions", measured on 2 workers):
+    scalars are reduced with axis=None, the mean over the replicas that fit computes on
+    one machine; the rest goes to Keras's own function."""
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+    original = tf_trainer.reduce_per_replica
+    if getattr(original, "reduces_scalars", False):
+        return
+
+    def reduce_per_replica(values, strategy, reduction):
+        if reduction in ("auto", "mean") and isinstance(
+                strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            def scalar(v):      # one replica per worker: a plain tensor, not PerReplica
+                return strategy.experimental_local_results(v)[0].shape.rank == 0
+            return keras.tree.map_structure(
+                lambda v: strategy.reduce("MEAN", v, axis=None if scalar(v) else 0), values)
+        return original(values, strategy, reduction)
+    reduce_per_replica.reduces_scalars = True
+    tf_trainer.reduce_per_replica = reduce_per_replica
+
+
 class FitTrainer(Trainer):
-    def __init__(self, backend, model, params, devices, lr, sync_bn=False, execution="graph"):
+    def __init__(self, backend, model, params, devices, lr, sync_bn=False, execution="graph",
+                 strategy=None):
         self.backend, self.name, self.ops = backend, model, backend.model_ops(model)
-        self.devices = [tf_device(d) for d in devices]
-        # One device: Keras's default strategy, which places on that device (the
-        # default device of devices(1)); OneDeviceStrategy doubled the step time.
-        # Reduction onto one device, not collectives: a second MirroredStrategy in the
-        # process (the tests build one per model) reuses the first one's collective
-        # instance keys, and fit then fails with "Shape mismatch in the collective instance".
-        self.strategy = (tf.distribute.MirroredStrategy(
-            self.devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+        # Several workers (common.nodes): their MultiWorkerMirroredStrategy. One device:
+        # Keras's default strategy, which places on that device (the default device of
+        # devices(1)); OneDeviceStrategy doubled the step time. Reduction onto one
+        # device, not collectives: a second MirroredStrategy in the process (the tests
+        # build one per model) reuses the first one's collective instance keys, and fit
+        # then fails with "Shape mismatch in the collective instance".
+        self.strategy = strategy or (tf.distribute.MirroredStrategy(
+            [tf_device(d) for d in devices], cross_device_ops=tf.distribute.ReductionToOneDevice())
             if len(devices) > 1 else tf.distribute.get_strategy())
+        self.devices = ([tf_device(d) for d in devices] if strategy is None
+                        else list(strategy.extended.worker_devices))
         with self.strategy.scope():
             # BatchNormalization(synchronized=sync_bn): without it each replica keeps its
             # own moving statistics (ON_READ variables under the strategy)
@@ -87,8 +113,22 @@ class FitTrainer(Trainer):
     def _fit(self, X, y, order, callback):
         idx = order.ravel()
         batches = tf.data.Dataset.from_tensor_slices((nhwc(X[idx]), y[idx])).batch(order.shape[1])
-        return self.model.fit(batches.with_options(_pipeline_options()), epochs=1, verbose=0,
-                              callbacks=[callback])
+        options = _pipeline_options()
+        if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return self.model.fit(batches.with_options(options), epochs=1, verbose=0,
+                                  callbacks=[callback])
+        # every worker reads the same batches; tf.distribute cuts each into one piece per
+        # replica and DATA sharding hands worker i the i-th piece of every batch
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        # Keras's fit first reduces an input batch over the replicas to build the model
+        # symbolically, which MultiWorkerMirroredStrategy cannot do for a nested batch
+        # ("Attempt to convert a value (PerReplica...)", Keras 3.15); the model is built
+        # already, and the strategy still holds as the scope's
+        self.model._distribute_strategy = None
+        _reduce_scalars_across_workers()
+        with self.strategy.scope():
+            return self.model.fit(batches.with_options(options), epochs=1, verbose=0,
+                                  callbacks=[callback])
 
     def train_epoch(self, X, y, order, on_step):
         """Each step's own loss for the steps the record keeps; past them, fit runs
@@ -140,4 +180,5 @@ class Native:
         self.check_execution(execution, ("eager", "graph", "compiled"))
         if execution == "compiled" and len(devices) > 1 and not devices[0].startswith("gpu"):
             raise NeedsGPU(XLA_ON_CPU_DEVICES)
-        return FitTrainer(self, model, params, devices, lr, sync_bn, execution)
+        return FitTrainer(self, model, params, devices, lr, sync_bn, execution,
+                          self.cluster_strategy if world > 1 else None)

@@ -4,6 +4,7 @@ from mxnet import autograd, gluon, nd
 from mxnet.gluon import nn
 
 from common.contract import NotApplicable, Trainer
+from common.data import shard_bounds
 from common.models import resnet18 as R
 
 from .devices import context
@@ -80,8 +81,17 @@ GLUON_MODELS = {"lenet": (lambda sync_devices=0: gluon_lenet(), _lenet_slots),
                 "resnet18": (gluon_resnet18, _resnet18_slots)}
 
 
+# KVStore keys of the loss sums (gluon numbers the parameters from 0)
+LOSS_KEY = 1_000_000
+
+
 class GluonTrainer(Trainer):
-    def __init__(self, model, params, state, devices, lr, sync_bn=False, execution="compiled"):
+    """gluon.Trainer over this process's contexts; given a `dist_sync` KVStore
+    (several machines, common.nodes), worker `rank` of `world` trains on its shard of
+    every batch and the parameter servers sum the workers' gradients."""
+
+    def __init__(self, model, params, state, devices, lr, sync_bn=False, execution="compiled",
+                 kvstore=None, rank=0, world=1):
         build, slots = GLUON_MODELS[model]
         self.ctxs = [context(d) for d in devices]
         self.sync_bn = sync_bn and len(devices) > 1
@@ -98,8 +108,14 @@ class GluonTrainer(Trainer):
         # (measured: a 2-device run lost its first BatchNorm update). Each replica's
         # statistics follow its own shard, or the whole batch with SyncBatchNorm.
         trained = [p for p in self.net.collect_params().values() if p.grad_req != "null"]
-        self.trainer = gluon.Trainer(trained, "sgd", {"learning_rate": lr},
-                                     kvstore="device" if gpu else "local")
+        self.kv, self.rank, self.world, self._loss_keys = kvstore, rank, world, set()
+        # with a dist_sync KVStore the servers only sum (update_on_kvstore=False: each
+        # worker applies SGD to the summed gradients), so the same store also sums the
+        # workers' losses
+        self.trainer = (gluon.Trainer(trained, "sgd", {"learning_rate": lr}, kvstore=kvstore,
+                                      update_on_kvstore=False) if kvstore else
+                        gluon.Trainer(trained, "sgd", {"learning_rate": lr},
+                                      kvstore="device" if gpu else "local"))
 
     def step(self, X, y):
         if self.sync_bn and len(X) % len(self.ctxs):
@@ -108,17 +124,30 @@ class GluonTrainer(Trainer):
             # the 5- and 4-image means), so only an even split is the full batch's BN
             raise NotApplicable(f"MXNet's SyncBatchNorm needs a batch that the {len(self.ctxs)} "
                                 f"devices divide evenly, got {len(X)}")
+        batch = len(X)
+        if self.world > 1:              # this worker's shard of the batch
+            lo, hi = shard_bounds(batch, self.world)[self.rank]
+            X, y = X[lo:hi], y[lo:hi]
         Xs = gluon.utils.split_and_load(nd.array(X), self.ctxs, even_split=False)
         ys = gluon.utils.split_and_load(nd.array(y, dtype=np.float32), self.ctxs, even_split=False)
         with autograd.record():
             ls = [loss(self.net(a), b).sum() for a, b in zip(Xs, ys)]
         for l in ls:
             l.backward()
-        self.trainer.step(len(X))          # sums over contexts, divides by the batch
-        return nd.add_n(*[l.as_in_context(self.ctxs[0]) for l in ls]) / len(X)
+        self.trainer.step(batch)           # sums over contexts (and workers), divides by the batch
+        return nd.add_n(*[l.as_in_context(self.ctxs[0]) for l in ls]) / batch
 
     def losses(self, handles):
-        return nd.concat(*handles, dim=0).asnumpy() if handles else np.zeros(0)
+        sums = nd.concat(*handles, dim=0) if handles else nd.zeros(0)
+        if self.world > 1 and len(handles):
+            # one push and pull per epoch: the servers sum every worker's shard losses
+            key = LOSS_KEY + len(handles)      # an int, as gluon's parameter keys are
+            if key not in self._loss_keys:
+                self.kv.init(key, nd.zeros_like(sums))
+                self._loss_keys.add(key)
+            self.kv.push(key, sums)
+            self.kv.pull(key, out=sums)
+        return sums.asnumpy()
 
     def logits(self, X):
         return self.net(nd.array(X, ctx=self.ctxs[0])).asnumpy()
@@ -156,4 +185,17 @@ class Native:
             raise NotApplicable(f"mxnet native mode has no gluon {model} yet")
         from common import models
         return GluonTrainer(model, params, models.get(model).init_state(), devices, lr, sync_bn,
-                            execution)
+                            execution, self.kvstore if world > 1 else None, rank, world)
+
+    # --- several machines: the dist_sync KVStore (common.nodes starts the scheduler,
+    # servers and workers); creating it registers this worker and waits for the rest ---
+    def join(self, rank, timeout=None):
+        from mxnet import kv
+        from common.launcher import RankInfo
+        self.kvstore = kv.create("dist_sync")
+        # the scheduler numbers the workers in the order they registered
+        return RankInfo(self.kvstore.rank, self.kvstore.num_workers, 0, 1, rank.master_addr,
+                        rank.master_port)
+
+    def leave(self):
+        self.kvstore = None

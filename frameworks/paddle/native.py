@@ -112,15 +112,17 @@ class Native:
             layer = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(layer)
         return DataParallelTrainer(layer, lr, rank, world, execution)
 
-    def join(self, rank):
-        # paddle.distributed reads its own names for what the launcher set
+    def join(self, rank, timeout=None):
+        # paddle.distributed.launch has set its own variables; under common.launcher,
+        # paddle.distributed reads its names for what that launcher set
         gpu = self.num_gpus() > rank.local_rank
-        os.environ.update({
-            "PADDLE_TRAINER_ID": str(rank.rank), "PADDLE_TRAINERS_NUM": str(rank.world_size),
-            "PADDLE_CURRENT_ENDPOINT": f"{rank.master_addr}:{rank.master_port + 1 + rank.rank}",
-            "PADDLE_TRAINER_ENDPOINTS": ",".join(f"{rank.master_addr}:{rank.master_port + 1 + r}"
-                                                 for r in range(rank.world_size)),
-            "PADDLE_DISTRI_BACKEND": "nccl" if gpu else "gloo"})
+        if "PADDLE_TRAINER_ENDPOINTS" not in os.environ:
+            os.environ.update({
+                "PADDLE_TRAINER_ID": str(rank.rank), "PADDLE_TRAINERS_NUM": str(rank.world_size),
+                "PADDLE_CURRENT_ENDPOINT": f"{rank.master_addr}:{rank.master_port + 1 + rank.rank}",
+                "PADDLE_TRAINER_ENDPOINTS": ",".join(f"{rank.master_addr}:{rank.master_port + 1 + r}"
+                                                     for r in range(rank.world_size)),
+                "PADDLE_DISTRI_BACKEND": "nccl" if gpu else "gloo"})
         if gpu:
             os.environ["FLAGS_selected_gpus"] = str(rank.local_rank)
         dist.init_parallel_env()

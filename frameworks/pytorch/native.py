@@ -1,5 +1,7 @@
 """Native mode: DistributedDataParallel, one process per device (started by
 common.launcher; join() enters the process group)."""
+import datetime
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -161,11 +163,13 @@ class Native:
             return LAYERED[model](params, state)
         return OpsModule(self.model_ops(model), params, state)
 
-    def join(self, rank):
+    def join(self, rank, timeout=None):
+        # env://: MASTER_ADDR and MASTER_PORT as common.launcher sets them, or under
+        # torchrun the store its agent already serves (TORCHELASTIC_USE_AGENT_STORE)
         gpu = torch.cuda.device_count() > rank.local_rank
-        dist.init_process_group("nccl" if gpu else "gloo",
-                                init_method=f"tcp://{rank.master_addr}:{rank.master_port}",
-                                rank=rank.rank, world_size=rank.world_size)
+        kwargs = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}
+        dist.init_process_group("nccl" if gpu else "gloo", init_method="env://",
+                                rank=rank.rank, world_size=rank.world_size, **kwargs)
 
     def leave(self):
         if dist.is_initialized():

@@ -61,10 +61,37 @@ class Devices:
         return x.numpy()
 
     def synchronize(self):
-        tf.test.experimental.sync_devices()
+        if getattr(self, "cluster_strategy", None) is None:
+            tf.test.experimental.sync_devices()
+        else:
+            # sync_devices would reach into the other workers' devices, which this worker
+            # does not drive ("Haven't set up remote eager worker"): wait for its own ops
+            from tensorflow.python.eager import context
+            context.async_wait()
 
     def peak_memory_mb(self):
         gpus = tf.config.list_logical_devices("GPU")
         if not gpus:
             return None
         return max(tf.config.experimental.get_memory_info(g.name)["peak"] for g in gpus) / 2**20
+
+    # --- several machines: MultiWorkerMirroredStrategy, workers started with TF_CONFIG
+    # (common.nodes); it must exist before any other TensorFlow op of the process ---
+    def join(self, rank, timeout=None):
+        kinds = tf.distribute.experimental.CommunicationImplementation
+        options = tf.distribute.experimental.CommunicationOptions(
+            # RING (gRPC) collectives on CPUs; NCCL where there are GPUs
+            implementation=kinds.NCCL if self.num_gpus() else kinds.RING,
+            timeout_seconds=timeout)
+        self.cluster_strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=options)
+        # a first collective: returns once every worker of TF_CONFIG is up
+        self.cluster_strategy.reduce(tf.distribute.ReduceOp.SUM, self.cluster_strategy.run(
+            lambda: tf.constant(1.0)), axis=None).numpy()
+        return None
+
+    def leave(self):
+        self.cluster_strategy = None
+
+    def rank_device(self, rank):
+        return "gpu:0" if self.num_gpus() else "cpu:0"

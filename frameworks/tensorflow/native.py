@@ -18,10 +18,14 @@ def mirrored_values(strategy, variables, replicas):
 
 
 class MirroredTrainer(Trainer):
-    def __init__(self, ops, params, state, devices, lr, execution="graph"):
+    """MirroredStrategy over this process's devices, or, given `strategy`, a
+    MultiWorkerMirroredStrategy over several workers (common.nodes): the same code, the
+    batch sharded over every replica of every worker."""
+
+    def __init__(self, ops, params, state, devices, lr, execution="graph", strategy=None):
         self.ops = ops
-        self.devices = [tf_device(d) for d in devices]
-        self.strategy = tf.distribute.MirroredStrategy(self.devices)
+        self.strategy = strategy or tf.distribute.MirroredStrategy([tf_device(d) for d in devices])
+        self.devices = list(self.strategy.extended.worker_devices)     # this process's
         with self.strategy.scope():
             # SUM: an update made in a replica is all-reduced by the strategy, so the
             # sum of the shards' updates is applied once to every copy.
@@ -62,7 +66,7 @@ class MirroredTrainer(Trainer):
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None) / batch
 
     def step(self, X, y):
-        bounds = shard_bounds(len(X), len(self.devices))
+        bounds = shard_bounds(len(X), self.strategy.num_replicas_in_sync)
 
         def shard(source, dtype):
             def value_fn(ctx):
@@ -102,4 +106,4 @@ class Native:
         if sync_bn:     # a model without BatchNorm has nothing to synchronise
             ops = self.sync_bn_models.get(model, ops)
         return MirroredTrainer(ops, params, models.get(model).init_state(), devices, lr,
-                               execution)
+                               execution, self.cluster_strategy if world > 1 else None)

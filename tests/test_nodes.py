@@ -1,0 +1,102 @@
+"""Runs across several machines, simulated on this one (--launcher local: every node
+its own processes on localhost), each framework on its own engine: torchrun, Paddle's
+launcher, TF_CONFIG workers, MXNet's parameter server (common/nodes.py). Two nodes of
+one process each must train as one process does on the full batch; a node that dies
+or never joins must end its run as failed, in bounded time."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from common import registry
+from common.launcher import free_port
+from tests.conftest import ROOT, covered, subprocess_env
+from tests.test_training import _agree, _ok
+
+STEPS = 4
+JOIN_TIMEOUT = 60        # seconds; each test's bound on a lost node
+
+
+def _two_nodes(worker_record, framework):
+    return worker_record(framework, "native", 1, steps=STEPS, nodes=2, launcher="local",
+                         join_timeout=JOIN_TIMEOUT)
+
+
+@pytest.mark.parametrize("framework", covered())
+def test_two_simulated_nodes_train_as_one_process(worker_record, framework):
+    one = _ok(worker_record(framework, "native", 1, steps=STEPS))
+    two = _ok(_two_nodes(worker_record, framework))
+    assert (two["nodes"], two["world_size"], two["devices"]) == (2, 2, 1)
+    assert len(two["node_sec_per_epoch"]) == 2 and all(two["node_sec_per_epoch"])
+    assert two["cluster_launcher"] and two["launcher"] == "local"
+    assert two["servers"] == (2 if registry.facts(framework).cluster == "dmlc" else None)
+    # the gradients (and losses) of both nodes' shards were summed: else the second
+    # step's loss would be that of half a batch's update
+    _agree(two["step_losses"], one["step_losses"], "lenet", "(2 nodes vs 1 process)")
+    assert two["test_accuracy"] is not None
+
+
+def _rank_processes(node: int) -> list[int]:
+    """PIDs of the training processes (common/rank.py workers) of a simulated node."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, PermissionError):
+            continue
+        if (any(c.endswith(b"common/rank.py") for c in cmd) and b"worker" in cmd
+                and f"DL_COMPARE_NODE={node}".encode() in env):
+            pids.append(int(proc.name))
+    return pids
+
+
+def _compare(out: Path, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "benchmarks.compare", "--dataset", "synthetic",
+                             "--epochs", "20", "--eval-samples", "64", "--no-plots", "--out",
+                             str(out), "--join-timeout", str(JOIN_TIMEOUT), *args],
+                            cwd=ROOT, env=subprocess_env(2), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+# one framework per way a dead rank is noticed: a child of torchrun's agent, of
+# Paddle's launcher, and a process of ours (MXNet's worker beside its parameter server)
+@pytest.mark.parametrize("framework", [f for f in ("pytorch", "paddle", "mxnet") if f in covered()])
+def test_a_killed_node_fails_the_run_in_bounded_time(tmp_path, framework):
+    proc = _compare(tmp_path, "--framework", framework, "--nodes", "2", "--launcher", "local")
+    deadline = time.monotonic() + 240
+    while not _rank_processes(1):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
+        time.sleep(0.5)
+    time.sleep(8)                          # let it join and train
+    for pid in _rank_processes(1):
+        os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    try:
+        code = proc.wait(timeout=JOIN_TIMEOUT + 30)
+    finally:
+        proc.kill()
+    record = json.loads((tmp_path / f"{framework}-native-2nodes-1dev.json").read_text())
+    assert code == 1 and record["status"] == "failed", record["error"]
+    assert "node" in record["error"], record["error"]
+    assert time.monotonic() - killed < JOIN_TIMEOUT + 30
+    assert not _rank_processes(0) and not _rank_processes(1), "rank processes left running"
+
+
+def test_a_node_that_never_joins_fails_after_the_join_timeout(tmp_path):
+    framework = covered()[0]
+    started = time.monotonic()
+    proc = _compare(tmp_path, "--framework", framework, "--nodes", "2", "--node-rank", "0",
+                    "--master", f"127.0.0.1:{free_port()}", "--node-hosts", "127.0.0.1,127.0.0.1",
+                    "--join-timeout", "20")
+    code = proc.wait(timeout=180)
+    record = json.loads((tmp_path / f"{framework}-native-2nodes-1dev.json").read_text())
+    assert code == 1 and record["status"] == "failed"
+    assert "did not join the run within 20 s" in record["error"], record["error"]
+    assert time.monotonic() - started < 120
+    assert not _rank_processes(0)
