@@ -187,10 +187,13 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
     counts = args.devices or (sorted({1, gpus}) if gpus else list(CPU_DEFAULT_DEVICES))
     if args.cores_per_device:
         have = len(os.sched_getaffinity(0))
-        if args.cores_per_device * max(counts) > have:
-            raise UsageError(f"--cores-per-device {args.cores_per_device} x {max(counts)} devices "
-                             f"needs {args.cores_per_device * max(counts)} cores; this machine "
-                             f"lets us use {have}: lower --cores-per-device or --devices")
+        here = args.nodes if args.launcher == "local" else 1     # simulated nodes share them
+        need = args.cores_per_device * max(counts) * here
+        if need > have:
+            raise UsageError(f"--cores-per-device {args.cores_per_device} x {max(counts)} devices"
+                             + (f" x {here} nodes" if here > 1 else "") + f" needs {need} cores; "
+                             f"this machine lets us use {have}: lower --cores-per-device or "
+                             "--devices")
     if args.sync_bn and not models.get(args.model).STATE_NAMES:
         raise UsageError(f"--sync-bn needs a model with BatchNorm; {args.model} has none")
     if args.batch_per_device is None and args.batch_size < max(counts):
@@ -362,7 +365,9 @@ def check_out(out: Path, plan: Plan, resuming: bool) -> None:
     stored = out / PLAN_FILE
     if stored.is_file() and not resuming:
         try:
-            theirs = {"micro_batches": 1, **json.loads(stored.read_text())["run"]}
+            # (the defaults of options newer than the folder)
+            theirs = {"micro_batches": 1, "nodes": 1, "launcher": "cluster",
+                      "join_timeout": DEFAULT_JOIN_TIMEOUT, **json.loads(stored.read_text())["run"]}
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UsageError(f"--out {out}: {stored} is unreadable ({e}); give a new --out") from None
         diff = [k for k in Plan.RUN_KEYS if theirs.get(k) != plan.run.get(k)]

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing as mp
+import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +33,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from common import models
+from common import models, registry
 from common.report import machine_lines, save_figure, timing
 from common.results import RecordError, load_records
 
@@ -78,14 +81,19 @@ def allreduce_sec(nbytes: float, k: int, link: Link) -> float:
     return 2 * (k - 1) * link.latency + 2 * (k - 1) / k * nbytes / link.bandwidth
 
 
-def fit_link(devices_dir: Path, framework: str) -> Link | None:
-    """Latency and bandwidth of a ring step fitted to a devices folder's native all-reduce
-    rows of one framework (2 devices: time = 2 x latency + bytes / bandwidth)."""
+# the all-reduce a mode runs: the chapter's by hand in scratch mode, the framework's own
+# collective (or KVStore) otherwise; named as benchmarks.devices names its rows
+ALLREDUCE_VARIANT = {"scratch": "by hand (chapter)"}
+
+
+def fit_link(devices_dir: Path, framework: str, variant: str = "native") -> Link | None:
+    """Latency and bandwidth of a ring step fitted to a devices folder's all-reduce rows
+    of one framework and variant (2 devices: time = 2 x latency + bytes / bandwidth)."""
     path = devices_dir / f"{framework}-allreduce.devices.json"
     if not path.is_file():
         return None
     record = json.loads(path.read_text())
-    rows = [r for r in record.get("rows", []) if r.get("variant") == "native" and r.get("median_s")]
+    rows = [r for r in record.get("rows", []) if r.get("variant") == variant and r.get("median_s")]
     if record.get("status") != "ok" or len(rows) < 2:
         return None
     n = np.array([r["bytes"] for r in rows], float)
@@ -93,8 +101,8 @@ def fit_link(devices_dir: Path, framework: str) -> Link | None:
     slope, intercept = np.polyfit(n, t, 1)
     if slope <= 0:
         return None
-    return Link(f"measured {framework}", 1 / slope, max(intercept, 0.0) / 2,
-                f"fitted to {path} (native all-reduce, 2 devices, {len(rows)} sizes)")
+    return Link(f"measured {framework} {variant}", 1 / slope, max(intercept, 0.0) / 2,
+                f"fitted to {path} ({variant} all-reduce, 2 devices, {len(rows)} sizes)")
 
 
 @dataclass
@@ -108,7 +116,9 @@ class Compute:
         if len(set(b)) < 2:              # one batch size: proportional, no fixed cost known
             return 0.0, float(np.mean(t / b))
         c, a = np.polyfit(b, t, 1)
-        return max(a, 0.0), max(c, 0.0)
+        if a < 0:       # no negative fixed cost: the best line through the origin instead
+            return 0.0, float((b @ t) / (b @ b))
+        return a, max(c, 0.0)
 
     def __call__(self, batch: float) -> float:
         a, c = self.coefficients()
@@ -121,8 +131,67 @@ def step_sec(record: dict) -> float | None:
     return sec / steps if sec and steps else None
 
 
-def predict(compute: Compute, nbytes: int, batch: int, k: int, link: Link, overlap: float) -> dict:
-    t1 = compute(batch / k)
+def _kernel(core: int, seconds: float, rates) -> None:
+    os.sched_setaffinity(0, [core])
+    a, b = np.ones((256, 256), np.float32), np.ones((256, 256), np.float32)
+    x = np.ones(2_000_000, np.float32)            # 8 MB: past the per-core caches
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        (x * 1.0001 + 0.5).sum()
+        n += 1
+    rates.put(n / (time.perf_counter() - t0))
+
+
+def _rates(cores: list[int], seconds: float) -> list[float]:
+    ctx = mp.get_context("spawn")
+    rates = ctx.Queue()
+    procs = [ctx.Process(target=_kernel, args=(c, seconds, rates)) for c in cores]
+    for p in procs:
+        p.start()
+    out = [rates.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return out
+
+
+def measure_contention(k: int, seconds: float = 2.0, rounds: int = 3) -> float:
+    """One core's kernel rate alone over its mean rate when k pinned cores run it at once
+    (median of alternating rounds); single-threaded BLAS, as each device's own thread."""
+    cores = sorted(os.sched_getaffinity(0))[:k]
+    os.environ.update({v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                        "MKL_NUM_THREADS")})
+    ratios = []
+    for _ in range(rounds):
+        alone = _rates(cores[:1], seconds)[0]
+        together = _rates(cores, seconds)
+        ratios.append(alone / (sum(together) / k))
+    return float(np.median(ratios))
+
+
+def in_turn(record: dict) -> bool:
+    """Whether a multi-device run's devices computed one after another: CPU devices of
+    one process whose framework runs their work in turn (registry facts); a process per
+    device, GPUs, and frameworks that run a process's devices at once do not."""
+    if record.get("device_kind") == "gpu" or (record.get("processes") or 1) > 1:
+        return False
+    return registry.facts(record["framework"]).one_process_devices.get(record["mode"]) == "in turn"
+
+
+def shares_machine(record: dict) -> bool:
+    """CPU devices on one machine (its cores, or nodes simulated on it): they contend for
+    its caches and memory bandwidth; GPUs and real machines do not."""
+    if record.get("device_kind") == "gpu":
+        return False
+    return (record.get("nodes") or 1) == 1 or record.get("launcher") == "local"
+
+
+def predict(compute: Compute, nbytes: int, batch: int, k: int, link: Link, overlap: float,
+            turns: Compute | None = None, contention: float = 1.0) -> dict:
+    """One step on k devices. `turns`: the devices run in turn, each on all k devices'
+    cores (one device's step at their thread count), so compute is k of its steps;
+    else each computes its shard at once, `contention` times slower than alone."""
+    t1 = k * turns(batch / k) if turns else contention * compute(batch / k)
     t2 = allreduce_sec(nbytes, k, link)
     hidden = min(t2, overlap * BACKWARD_SHARE * t1)
     return {"k": k, "t1": t1, "t2": t2, "step": t1 + t2 - hidden}
@@ -152,6 +221,12 @@ def main(argv=None) -> int:
                         "measured native all-reduce (instead of --link)")
     p.add_argument("--overlap", type=float, default=0.0,
                    help="share of the backward pass that all-reduce hides behind (0..1)")
+    p.add_argument("--contention", default="1", metavar="F|measure",
+                   help="how much slower each of k CPU devices computes when all k run at once "
+                        "on cores of their own (shared caches and memory bandwidth) than one "
+                        "alone: a factor, or 'measure' to time a NumPy kernel (a GEMM and a "
+                        "streaming pass, one thread) on k pinned cores at once against one core "
+                        "alone on this machine; applied to the rows whose devices share a machine")
     p.add_argument("--batch", type=positive, default=None,
                    help="global batch of the prediction (default: each row's measured batch)")
     p.add_argument("--out", default=None, help="folder for predict.md and predict.png "
@@ -174,12 +249,33 @@ def main(argv=None) -> int:
         if not any(r["devices"] == 1 for r in ok):
             raise UsageError("no successful 1-device run in the folders: the prediction starts "
                              "from one device's measured step time")
+        if args.contention != "measure":
+            try:
+                if not 1 <= float(args.contention) < 100:
+                    raise ValueError
+            except ValueError:
+                raise UsageError(f"--contention {args.contention!r} must be a factor of 1 or "
+                                 "more, or measure") from None
         if args.allreduce and not Path(args.allreduce).is_dir():
             raise UsageError(f"--allreduce {args.allreduce} is not a folder; give a "
                              "benchmarks.devices results folder")
     except UsageError as e:
         print(f"predict: error: {e}", file=sys.stderr)
         return 2
+
+    factors: dict[int, float] = {}
+
+    def contention(k: int) -> float:
+        if k not in factors:
+            if args.contention != "measure":
+                factors[k] = float(args.contention)
+            elif k <= len(os.sched_getaffinity(0)):
+                factors[k] = measure_contention(k)
+            else:
+                factors[k] = 1.0
+                skipped.append(f"contention at {k} devices not measured: this machine lets us "
+                               f"use {len(os.sched_getaffinity(0))} cores (taken as 1)")
+        return factors[k]
 
     groups: dict[tuple, Compute] = {}
     batches: dict[tuple, int] = {}
@@ -188,11 +284,16 @@ def main(argv=None) -> int:
             groups.setdefault(_row_key(r), Compute([])).points.append((r["batch_size"], step_sec(r)))
             batches[_row_key(r)] = max(batches.get(_row_key(r), 0), r["batch_size"])
     table, checks, skipped = [], [], []
-    for key, compute in groups.items():
+    fewest = {}           # the main table: each configuration at its fewest cores per device
+    for key in groups:
+        fewest[key[:4]] = min(fewest.get(key[:4], key), key, key=lambda k: k[4] or 0)
+    for key in fewest.values():
+        compute = groups[key]
         model, framework, mode, execution, cores = key
-        link = LINKS[args.link] if args.link else fit_link(Path(args.allreduce), framework)
+        variant = ALLREDUCE_VARIANT.get(mode, "native")
+        link = LINKS[args.link] if args.link else fit_link(Path(args.allreduce), framework, variant)
         if link is None:
-            skipped.append(f"{framework}: no measured native all-reduce in {args.allreduce}")
+            skipped.append(f"{framework}: no measured {variant} all-reduce in {args.allreduce}")
             continue
         batch, nbytes = args.batch or batches[key], param_bytes(model)
         base = predict(compute, nbytes, batch, 1, link, args.overlap)["step"]
@@ -204,26 +305,49 @@ def main(argv=None) -> int:
                           "execution": execution, "link": link.name, "batch": batch, **pr,
                           "speed-up": base / pr["step"], "efficiency": base / pr["step"] / k,
                           "rule batch": rule_batch(compute, nbytes, k, link) if k > 1 else None})
-        for r in ok:
-            # a device with hardware of its own (a GPU, or --cores-per-device): CPU devices
-            # that share the cores are not what the model describes
-            own = r.get("device_kind") == "gpu" or r.get("cores_per_device")
-            if r["devices"] > 1 and _row_key(r) == key and own:
-                pr = predict(compute, nbytes, r["batch_size"], r["devices"], link, args.overlap)
-                measured = step_sec(r)
-                checks.append({"model": model, "framework": framework, "mode": mode,
-                               "execution": execution, "k": r["devices"], "batch": r["batch_size"],
-                               "predicted": pr["step"], "measured": measured,
-                               "error": pr["step"] / measured - 1})
+    for r in ok:
+        # devices with hardware of their own (GPUs, --cores-per-device, or machines):
+        # CPU devices that share the cores are not what the model describes
+        k = r["devices"] * (r.get("nodes") or 1)
+        own = r.get("device_kind") == "gpu" or r.get("cores_per_device")
+        if k < 2 or not own:
+            continue
+        model, framework, mode, execution, cores = _row_key(r)
+        compute = groups.get(_row_key(r))
+        if compute is None:
+            continue
+        turns = None
+        if in_turn(r):       # compute at the k x C cores the process had, one device at a time
+            turns = groups.get((model, framework, mode, execution, cores * k if cores else None))
+            if turns is None:
+                skipped.append(f"{framework} {mode} x{k}: its devices run in turn on all {k} x "
+                               f"{cores} cores; predicting it needs 1-device runs at {k * cores} "
+                               f"cores (--cores-per-device {k * cores} --devices 1)")
+                continue
+        variant = ("native" if (r.get("nodes") or 1) > 1 else ALLREDUCE_VARIANT.get(mode, "native"))
+        link = LINKS[args.link] if args.link else fit_link(Path(args.allreduce), framework, variant)
+        if link is None:
+            continue
+        pr = predict(compute, param_bytes(model), r["batch_size"], k, link, args.overlap, turns,
+                     1.0 if turns or not shares_machine(r) else contention(k))
+        measured = step_sec(r)
+        checks.append({"model": model, "framework": framework, "mode": mode,
+                       "execution": execution, "k": k, "nodes": r.get("nodes") or 1,
+                       "batch": r["batch_size"], "scaling": r.get("scaling") or "fixed",
+                       "devices run": "in turn" if turns else "at once",
+                       "t1": pr["t1"], "t2": pr["t2"], "predicted": pr["step"],
+                       "measured": measured, "error": pr["step"] / measured - 1})
     out = Path(args.out or args.folders[0])
     out.mkdir(parents=True, exist_ok=True)
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(_table(table, markdown=False))
+    for k, f in sorted(factors.items()):
+        console.print(f"contention at {k} devices: {f:.2f}", highlight=False)
     if checks:
         console.print(_checks(checks, markdown=False))
     for line in skipped:
         console.print(line, highlight=False, markup=False)
-    (out / "predict.md").write_text(_markdown(table, checks, skipped, records, args, argv))
+    (out / "predict.md").write_text(_markdown(table, checks, skipped, records, args, argv, factors))
     _plot(table, out / "predict.png")
     console.print(f"written: {out / 'predict.md'}, {out / 'predict.png'}", highlight=False)
     return 0
@@ -251,15 +375,19 @@ def _table(rows: list[dict], markdown: bool) -> Table:
 def _checks(rows: list[dict], markdown: bool) -> Table:
     t = Table(box=box.MARKDOWN if markdown else box.SIMPLE_HEAD,
               title=None if markdown else "predicted against measured (multi-device rows)")
-    for c in ("model", "framework", "mode", "k", "batch", "predicted ms", "measured ms", "error"):
-        t.add_column(c, justify="left" if c in ("model", "framework", "mode") else "right")
+    columns = ("model", "framework", "mode", "scaling", "nodes", "k", "batch", "devices run",
+               "t1 ms", "t2 ms", "predicted ms", "measured ms", "error")
+    for c in columns:
+        t.add_column(c, justify="left" if c in ("model", "framework", "mode", "scaling",
+                                                 "devices run") else "right")
     for r in rows:
-        t.add_row(r["model"], r["framework"], r["mode"], str(r["k"]), str(r["batch"]),
+        t.add_row(r["model"], r["framework"], r["mode"], r["scaling"], str(r["nodes"]),
+                  str(r["k"]), str(r["batch"]), r["devices run"], _ms(r["t1"]), _ms(r["t2"]),
                   _ms(r["predicted"]), _ms(r["measured"]), f"{r['error']:+.0%}")
     return t
 
 
-def _markdown(table, checks, skipped, records, args, argv) -> str:
+def _markdown(table, checks, skipped, records, args, argv, factors) -> str:
     def render(t):
         buf = io.StringIO()
         Console(file=buf, width=300, color_system=None).print(t)
@@ -275,7 +403,22 @@ def _markdown(table, checks, skipped, records, args, argv) -> str:
              "ring all-reduce of the parameters, (k-1) x 2 x latency + 2(k-1)/k x bytes / "
              f"bandwidth; {link}; overlap {args.overlap}.", "", render(_table(table, True)), ""]
     if checks:
-        lines += ["## Predicted against measured", "", render(_checks(checks, True)), ""]
+        within = sum(abs(c["error"]) <= 0.2 for c in checks)
+        lines += ["## Predicted against measured", "",
+                  "Every multi-device row of the folders whose devices had hardware of their own "
+                  "(GPUs, --cores-per-device, machines). k = devices x nodes. Devices run at "
+                  "once: t1 is one device's step at the per-device batch on its own cores; in "
+                  "turn (CPU devices of one process whose framework computes them one after "
+                  "another, registry facts): t1 is k such steps, each at the k devices' thread "
+                  "count (1-device runs at k x C cores). t2: the all-reduce the mode runs (by "
+                  "hand in scratch mode, the framework's own otherwise). Contention (devices at "
+                  "once on one machine's cores, each that much slower than alone): "
+                  + (", ".join(f"{f:.2f} at k = {k}" for k, f in sorted(factors.items()))
+                     + (" (measured here: a NumPy GEMM and streaming pass, one thread per core, "
+                        "k pinned cores at once against one alone, median of 3 rounds)"
+                        if args.contention == "measure" else " (given)") if factors else "none")
+                  + f". {within} of {len(checks)} rows within 20 %.", "",
+                  render(_checks(checks, True)), ""]
     lines += [f"- {s}" for s in skipped]
     lines += ["- t1 > 1.2 t2 from b: the smallest per-device batch (a power of two) at which "
               "compute exceeds communication by 20 %, the chapters' rule for communication to "

@@ -106,8 +106,9 @@ def node_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc
             index = node * k + i
             tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
             procs.append(Proc(node, "worker", [py, *_rank_argv(cfg_json, out_dir)], {
-                "TF_CONFIG": json.dumps(tf_config), **_rank_env(index, n * k, i, k, cluster)},
-                lead=i == 0))
+                "TF_CONFIG": json.dumps(tf_config), **_rank_env(index, n * k, i, k, cluster),
+                # on a GPU machine, worker i's device is its GPU i (its only one)
+                "CUDA_VISIBLE_DEVICES": str(i)}, lead=i == 0))
         return procs
     if kind == "dmlc":
         dmlc = {"DMLC_PS_ROOT_URI": cluster.master_addr, "DMLC_PS_ROOT_PORT": str(cluster.master_port),

@@ -57,12 +57,19 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
+def all_devices(record: dict) -> int:
+    """Devices over every node of a run (devices is per node)."""
+    return record["devices"] * (record.get("nodes") or 1)
+
+
 def ideal_speedup(record: dict) -> int:
-    """What the hardware allows: k on k GPUs, and on k CPU devices that each have cores
-    of their own (--cores-per-device); 1 for k virtual CPU devices that share the same
-    cores (a 1-device run already uses them all)."""
-    own = record.get("device_kind") == "gpu" or record.get("cores_per_device")
-    return record["devices"] if own else 1
+    """What the hardware allows: k on k GPUs, on k CPU devices that each have cores of
+    their own (--cores-per-device) and on machines of their own (--nodes, not simulated);
+    1 for k virtual CPU devices that share the same cores (a 1-device run already uses
+    them all)."""
+    own = (record.get("device_kind") == "gpu" or record.get("cores_per_device")
+           or ((record.get("nodes") or 1) > 1 and record.get("launcher") == "cluster"))
+    return all_devices(record) if own else 1
 
 
 # A row whose repeats spread by more than this, (max - min) / median of their
@@ -94,17 +101,22 @@ def timing(record: dict) -> dict:
 
 def summarize(records: list[dict]) -> list[dict]:
     """One row per record; speed-up and scaling efficiency against the same
-    framework's and mode's 1-device run of this comparison."""
+    framework's and mode's 1-device run of this comparison, in training images per
+    second: with a fixed global batch that is the 1-device sec/epoch over this row's,
+    and under weak scaling (the batch grows with the devices) the throughput gained."""
     def key(r):
         return r["framework"], r.get("model", "lenet"), r["mode"], r.get("execution"), bool(r.get("sync_bn"))
     timings = [timing(r) if r["status"] in ("ok", "failed", "interrupted") else timing({})
                for r in records]
-    base = {key(r): t["sec"] for r, t in zip(records, timings) if r["devices"] == 1 and t["sec"]}
+    base = {key(r): t for r, t in zip(records, timings) if all_devices(r) == 1 and t["sec"]}
     rows = []
     for r, t in zip(records, timings):
         sec = t["sec"]
         one = base.get(pipeline_base(r) if r["mode"] == "model" else key(r)) or base.get(key(r))
-        speedup = one / sec if (sec and one) else None
+        # throughput where both rows know it; else (records without their step count)
+        # the epoch times
+        speedup = (None if not (sec and one) else t["samples"] / one["samples"]
+                   if (t["samples"] and one["samples"]) else one["sec"] / sec)
         note = (r.get("error") or "").splitlines()[0][:160] if r.get("error") else ""
         planned, done = r.get("repeat_planned") or 1, len(t["runs"])
         if 0 < done < planned:
@@ -114,8 +126,9 @@ def summarize(records: list[dict]) -> list[dict]:
                     + ("; " + note if note else ""))
         rows.append({
             "framework": r["framework"], "model": r.get("model", "lenet"),
-            "mode": r["mode"] + (" sync-bn" if r.get("sync_bn") else ""),
-            "execution": r.get("execution"), "devices": r["devices"],
+            "mode": r["mode"] + (" sync-bn" if r.get("sync_bn") else "")
+                    + (f" {r['nodes']} nodes" if (r.get("nodes") or 1) > 1 else ""),
+            "execution": r.get("execution"), "devices": all_devices(r),
             "status": r["status"], "test acc": r.get("test_accuracy") if r["status"] == "ok" else None,
             "train loss": r["train_loss"][-1] if r.get("train_loss") else None, "sec/epoch": sec,
             "spread": t["spread"], "noisy": t["noisy"], "runs": t["runs"],
@@ -305,8 +318,11 @@ def definitions(rows: list[dict], records: list[dict]) -> list[str]:
         "the framework's mechanism; without --execution, what each mode runs by default. "
         "compile s: what tracing and compiling cost, paid once: the first warm-up step's time "
         "over the last one's (not in sec/epoch).",
-        "speed-up: the same framework, mode and execution's 1-device sec/epoch over this row's. "
-        "efficiency: speed-up over the ideal the hardware allows: k on k GPUs, 1 on a CPU.",
+        "speed-up: this row's samples/s over the same framework, mode and execution's 1-device "
+        "row's (with a fixed global batch, the 1-device sec/epoch over this row's; under weak "
+        "scaling, --batch-per-device, the throughput gained as the batch grows with the "
+        "devices). efficiency: speed-up over the ideal the hardware allows: k on k GPUs, 1 on "
+        "a CPU.",
     ]
     pinned = [r for r in records if r.get("cores_per_device")]
     if pinned:
@@ -326,6 +342,15 @@ def definitions(rows: list[dict], records: list[dict]) -> list[str]:
         lines.append("No GPU here: every row ran on the CPU. Virtual devices (--devices 1,2) would "
                      "share its cores, so their ideal speed-up is 1; the default on a CPU runs 1 "
                      "device for that reason.")
+    across = [r for r in records if (r.get("nodes") or 1) > 1]
+    if across:
+        r = across[0]
+        lines.append(f"N nodes: a run across N machines, each framework on its own engine (each "
+                     "record's cluster_launcher: torchrun, paddle.distributed.launch, TF_CONFIG "
+                     "workers, MXNet's dist_sync parameter server); devices counts those of every "
+                     "node" + (", here simulated on this machine (--launcher local: each node its "
+                     "own processes on localhost)" if r.get("launcher") == "local" else "")
+                     + ". node_sec_per_epoch in a record gives each node's own epoch times.")
     targets = [r for r in records if r.get("target_accuracy")]
     if targets:
         reached = [f"{r['framework']} {r['mode']} x{r['devices']}: "

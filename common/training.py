@@ -3,6 +3,7 @@ framework, model and mode. Frameworks only supply a Trainer; modes say how it is
 built and how many processes it takes; common.launcher starts those processes."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -188,6 +189,18 @@ def estimate_printer() -> Callable[[float], None]:
     return on_estimate
 
 
+@contextlib.contextmanager
+def outcome(record: dict):
+    """A run that cannot go or fails is data in its record, never raised: the others go on."""
+    try:
+        yield
+    except NotApplicable as e:
+        record.update(status="not-applicable", error=str(e))
+    except Exception as e:  # noqa: BLE001
+        record.update(status="failed", error=f"{type(e).__name__}: {e}",
+                      traceback=traceback.format_exc(limit=8))
+
+
 def run(cfg: RunConfig, progress: bool = False) -> dict:
     """Run one (framework, model, mode, device count) and return its complete record.
     Failures are recorded in the record, never raised."""
@@ -219,7 +232,7 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
     except registry.NotInstalled as e:
         record.update(status="not-installed", error=str(e))
         return record
-    try:
+    with outcome(record):
         ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
         record["framework_version"] = backend.version()
         if processes > 1:
@@ -247,11 +260,6 @@ def run(cfg: RunConfig, progress: bool = False) -> dict:
         if gap:
             record.update(status="failed", error=f"listed as a known gap ({gap}) but it ran; "
                                                  "update common.registry.KNOWN_GAPS")
-    except NotApplicable as e:
-        record.update(status="not-applicable", error=str(e))
-    except Exception as e:  # noqa: BLE001 - a failed run is data, the others go on
-        record.update(status="failed", error=f"{type(e).__name__}: {e}",
-                      traceback=traceback.format_exc(limit=8))
     return record
 
 
@@ -302,7 +310,7 @@ def _run_nodes(cfg: RunConfig, record: dict, mode, progress: bool) -> dict:
     record["cluster_launcher"] = nodes.LAUNCHERS[facts.cluster]
     record["servers"] = nodes.servers(cfg.framework, cfg.nodes)
     say = (lambda line: (sys.stdout.write(line), sys.stdout.flush())) if progress else (lambda line: None)
-    try:
+    with outcome(record):
         cores = None
         if cfg.cores_per_device:     # each node its own cores: C per device
             sets = launcher.core_sets(cfg.cores_per_device * cfg.devices, len(cluster.local_nodes))
@@ -318,9 +326,4 @@ def _run_nodes(cfg: RunConfig, record: dict, mode, progress: bool) -> dict:
         record["device_names"] = result.pop("device_names")
         peak = result.pop("peak_memory_mb_device")
         _finish(record, result, facts, result["world_size"], peak)
-    except NotApplicable as e:
-        record.update(status="not-applicable", error=str(e))
-    except Exception as e:  # noqa: BLE001 - a failed run is data, the others go on
-        record.update(status="failed", error=f"{type(e).__name__}: {e}",
-                      traceback=traceback.format_exc(limit=8))
     return record

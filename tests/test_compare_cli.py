@@ -41,7 +41,22 @@ BAD_INPUT = [
 
 
 @pytest.mark.parametrize("args,message", BAD_INPUT)
-def test_bad_input_is_one_line_and_exit_2(args, message):
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
+    """In this process (a command's start-up is most of such a test's time); the exit
+    code through a real process is checked below."""
+    from benchmarks import compare
+    try:
+        code = compare.main([*args, "--dataset", "synthetic"])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and out == "", err
+    assert message in lines[0]
+
+
+def test_bad_input_exits_2_from_the_command():
+    args, message = BAD_INPUT[0]
     assert message in usage_error(["-m", "benchmarks.compare", *args, "--dataset", "synthetic"])
 
 

@@ -9,11 +9,12 @@ from common.results import RunConfig, new_record, record_filename, write_atomic
 from tests.conftest import run_python, usage_error
 
 
-def _record(folder, devices, batch, sec_per_step, steps=10, **fields):
-    record = new_record(RunConfig("pytorch", "native", devices, batch_size=batch, **fields))
+def _record(folder, devices, batch, sec_per_step, steps=10, mode="native", processes=None,
+            **fields):
+    record = new_record(RunConfig("pytorch", mode, devices, batch_size=batch, **fields))
     record.update(status="ok", sec_per_epoch=[sec_per_step * steps], steps_per_epoch=[steps],
-                  device_kind="cpu")
-    name = record_filename(record).replace("dev.json", f"-b{batch}dev.json")
+                  device_kind="cpu", processes=processes or devices)
+    name = record_filename(record).replace("dev.json", f"-b{batch}-c{fields.get('cores_per_device')}dev.json")
     write_atomic(folder / name, record)
 
 
@@ -49,19 +50,47 @@ def test_predict_from_folders_with_a_measured_link(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = (runs / "predict.md").read_text()
     assert "Predicted against measured" in text and (runs / "predict.png").exists()
-    row = next(l for l in text.splitlines() if l.startswith("| lenet") and "| 2 " in l and "256 |" in l
-               and "measured" not in l and l.count("|") == 9)
-    cells = [c.strip() for c in row.strip("|").split("|")]
+    cells = _check_row(text, "native")
     want = P.predict(P.Compute([(64, 0.00264), (256, 0.00456)]), P.param_bytes("lenet"), 256, 2,
                      link, 0.0)["step"]
-    assert float(cells[5]) == pytest.approx(want * 1e3, abs=0.01)     # predicted ms
-    assert float(cells[6]) == pytest.approx(4.0, abs=0.01)             # measured ms
+    assert cells[7] == "at once"                                       # a process per device
+    assert float(cells[10]) == pytest.approx(want * 1e3, abs=0.01)     # predicted ms
+    assert float(cells[11]) == pytest.approx(4.0, abs=0.01)            # measured ms
+
+
+def _check_row(text, mode):
+    """The cells of the predicted-against-measured row of a mode."""
+    row = next(l for l in text.splitlines() if l.startswith("| lenet") and f"| {mode} " in l
+               and l.count("|") == 14)
+    return [c.strip() for c in row.strip("|").split("|")]
+
+
+def test_devices_that_run_in_turn_are_predicted_from_runs_at_their_cores(tmp_path):
+    """PyTorch's scratch replicas in one process compute one after another, each on the
+    process's k x C cores: k steps of one device at k x C cores, not one at C."""
+    for batch in (64, 256):
+        _record(tmp_path, 1, batch, 0.002 + batch * 1e-5, mode="scratch", cores_per_device=1)
+    _record(tmp_path, 2, 256, 0.004, mode="scratch", processes=1, cores_per_device=1)
+    proc = run_python(["-m", "benchmarks.predict", str(tmp_path), "--link", "ib-100g"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "needs 1-device runs at 2 cores" in (tmp_path / "predict.md").read_text()
+    for batch in (64, 256):          # twice as fast at 2 cores
+        _record(tmp_path, 1, batch, (0.002 + batch * 1e-5) / 2, mode="scratch", cores_per_device=2)
+    proc = run_python(["-m", "benchmarks.predict", str(tmp_path), "--link", "ib-100g"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cells = _check_row((tmp_path / "predict.md").read_text(), "scratch")
+    assert cells[7] == "in turn"
+    # 2 x (a + c x 128) / 2, plus the all-reduce
+    t2 = P.allreduce_sec(P.param_bytes("lenet"), 2, P.LINKS["ib-100g"])
+    assert float(cells[8]) == pytest.approx((0.002 + 128e-5) * 1e3, abs=0.01)
+    assert float(cells[10]) == pytest.approx((0.002 + 128e-5 + t2) * 1e3, abs=0.01)
 
 
 @pytest.mark.parametrize("args,message", [
     ([], "give one of --link NAME or --allreduce DIR"),
     (["--link", "pcie4-x16", "--overlap", "2"], "must be between 0 and 1"),
     (["--link", "smoke-signals"], "invalid choice"),
+    (["--link", "25gbe", "--contention", "0.5"], "must be a factor of 1 or more, or measure"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     _record(tmp_path, 1, 256, 0.01)
@@ -72,3 +101,20 @@ def test_no_one_device_run_is_bad_input(tmp_path):
     _record(tmp_path, 2, 256, 0.01)
     assert "no successful 1-device run" in usage_error(
         ["-m", "benchmarks.predict", str(tmp_path), "--link", "25gbe"])
+
+
+def test_devices_at_once_on_one_machine_compute_slower_by_the_contention_given(tmp_path):
+    for batch in (64, 256):
+        _record(tmp_path, 1, batch, 0.002 + batch * 1e-5, cores_per_device=1)
+    _record(tmp_path, 2, 256, 0.004, cores_per_device=1)
+    proc = run_python(["-m", "benchmarks.predict", str(tmp_path), "--link", "ib-100g",
+                       "--contention", "1.5"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = (tmp_path / "predict.md").read_text()
+    cells = _check_row(text, "native")
+    assert float(cells[8]) == pytest.approx(1.5 * (0.002 + 128e-5) * 1e3, abs=0.01)
+    assert "1.50 at k = 2 (given)" in text
+
+
+def test_contention_is_measured_on_this_machines_cores():
+    assert 0.5 < P.measure_contention(1, seconds=0.2, rounds=1) < 2    # one core against itself
