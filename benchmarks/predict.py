@@ -170,12 +170,11 @@ def measure_contention(k: int, seconds: float = 2.0, rounds: int = 3) -> float:
 
 
 def in_turn(record: dict) -> bool:
-    """Whether a multi-device run's devices computed one after another: CPU devices of
-    one process whose framework runs their work in turn (registry facts); a process per
-    device, GPUs, and frameworks that run a process's devices at once do not."""
-    if record.get("device_kind") == "gpu" or (record.get("processes") or 1) > 1:
-        return False
-    return registry.facts(record["framework"]).one_process_devices.get(record["mode"]) == "in turn"
+    """Whether a multi-device run's devices shared one process's threads: CPU devices of
+    one process (every framework's operators there run on the process's one pool of
+    k x C threads, whatever runs them: a Python loop, a graph or an engine), so their
+    work takes the cores in turn; a process per device, and GPUs, compute at once."""
+    return record.get("device_kind") != "gpu" and (record.get("processes") or 1) == 1
 
 
 def shares_machine(record: dict) -> bool:
@@ -188,9 +187,10 @@ def shares_machine(record: dict) -> bool:
 
 def predict(compute: Compute, nbytes: int, batch: int, k: int, link: Link, overlap: float,
             turns: Compute | None = None, contention: float = 1.0) -> dict:
-    """One step on k devices. `turns`: the devices run in turn, each on all k devices'
-    cores (one device's step at their thread count), so compute is k of its steps;
-    else each computes its shard at once, `contention` times slower than alone."""
+    """One step on k devices. `turns`: the devices share the k devices' cores and
+    threads (one device's step at that thread count), so compute is k of its steps;
+    else each computes its shard at once on its own, `contention` times slower than
+    alone."""
     t1 = k * turns(batch / k) if turns else contention * compute(batch / k)
     t2 = allreduce_sec(nbytes, k, link)
     hidden = min(t2, overlap * BACKWARD_SHARE * t1)
@@ -320,7 +320,7 @@ def main(argv=None) -> int:
         if in_turn(r):       # compute at the k x C cores the process had, one device at a time
             turns = groups.get((model, framework, mode, execution, cores * k if cores else None))
             if turns is None:
-                skipped.append(f"{framework} {mode} x{k}: its devices run in turn on all {k} x "
+                skipped.append(f"{framework} {mode} x{k}: its devices share one process's {k} x "
                                f"{cores} cores; predicting it needs 1-device runs at {k * cores} "
                                f"cores (--cores-per-device {k * cores} --devices 1)")
                 continue
@@ -406,11 +406,11 @@ def _markdown(table, checks, skipped, records, args, argv, factors) -> str:
         within = sum(abs(c["error"]) <= 0.2 for c in checks)
         lines += ["## Predicted against measured", "",
                   "Every multi-device row of the folders whose devices had hardware of their own "
-                  "(GPUs, --cores-per-device, machines). k = devices x nodes. Devices run at "
-                  "once: t1 is one device's step at the per-device batch on its own cores; in "
-                  "turn (CPU devices of one process whose framework computes them one after "
-                  "another, registry facts): t1 is k such steps, each at the k devices' thread "
-                  "count (1-device runs at k x C cores). t2: the all-reduce the mode runs (by "
+                  "(GPUs, --cores-per-device, machines). k = devices x nodes. Devices at once (a "
+                  "process each, GPUs): t1 is one device's step at the per-device batch on its "
+                  "own cores; in turn (CPU devices of one process, whose operators all run on "
+                  "the process's one thread pool): t1 is k such steps, each at the k devices' "
+                  "thread count (1-device runs at k x C cores). t2: the all-reduce the mode runs (by "
                   "hand in scratch mode, the framework's own otherwise). Contention (devices at "
                   "once on one machine's cores, each that much slower than alone): "
                   + (", ".join(f"{f:.2f} at k = {k}" for k, f in sorted(factors.items()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -23,11 +23,6 @@ class Framework:
     default_execution: dict[str, str]
     # how its engine starts on each of several machines (a key of common.nodes.LAUNCHERS)
     cluster: str = ""
-    # modes whose CPU devices in one process compute one after another ("in turn": a
-    # Python loop over replicas of synchronous ops, each op on all the process's
-    # threads), against "at once" (a dataflow graph or an asynchronous engine runs the
-    # devices' work concurrently); benchmarks.predict models each its way
-    one_process_devices: dict = field(default_factory=dict)
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -37,7 +32,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"eager": "PyTorch eager: autograd op by op",
                "compiled": "torch.compile (TorchDynamo + inductor: C++/OpenMP kernels on CPU, "
                            "Triton on GPUs)"},
-              {"*": "eager"}, "torchrun", {"scratch": "in turn"}),
+              {"*": "eager"}, "torchrun"),
     Framework("tensorflow", "frameworks.tensorflow", ("tensorflow",), ("tensorflow",), "tensorflow",
               "tf.distribute.MirroredStrategy, custom loop with strategy.run and "
               "strategy.reduce in a tf.function", False,
@@ -45,23 +40,21 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "graph": "tf.function: traced once into a TensorFlow graph (grappler, no XLA)",
                "compiled": "XLA: each device's forward and backward in a "
                            "tf.function(jit_compile=True), the rest in a tf.function"},
-              {"*": "graph", "model": "eager"}, "tf-config",
-              {"scratch": "at once", "native": "at once"}),
+              {"*": "graph", "model": "eager"}, "tf-config"),
     Framework("mxnet", "frameworks.mxnet", ("mxnet",), ("mxnet",), "mxnet",
               "gluon.Trainer over a context list, gradients reduced by a KVStore", False,
               {"eager": "MXNet imperative NDArray ops under autograd.record (queued "
                         "asynchronously to its engine)",
                "compiled": "HybridBlock.hybridize(static_alloc, static_shape): a cached "
                            "symbolic graph"},
-              {"*": "eager", "native": "compiled"}, "dmlc",
-              {"scratch": "at once", "native": "at once"}),
+              {"*": "eager", "native": "compiled"}, "dmlc"),
     Framework("paddle", "frameworks.paddle", ("paddle",), ("paddlepaddle", "paddlepaddle-gpu"),
               "paddle", "paddle.DataParallel, one process per device "
               "(gloo on CPU, nccl on GPU)", True,
               {"eager": "Paddle dynamic graph (dygraph): ops run as Python calls them",
                "compiled": "paddle.jit.to_static: the forward as a static program, run by "
                            "Paddle's executor"},
-              {"*": "eager"}, "paddle-launch", {"scratch": "in turn"}),
+              {"*": "eager"}, "paddle-launch"),
     # Keras 3 runs here on its TensorFlow backend
     Framework("keras", "frameworks.keras", ("keras", "tensorflow"), ("keras", "tensorflow"), "keras",
               "model.fit under tf.distribute.MirroredStrategy "
@@ -69,7 +62,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"eager": "Model.compile(run_eagerly=True): train_step op by op",
                "graph": "Model.compile(jit_compile=False): train_step in a tf.function",
                "compiled": "Model.compile(jit_compile=True): train_step compiled by XLA"},
-              {"*": "graph", "model": "eager"}, "tf-config", {"native": "at once"}),
+              {"*": "graph", "model": "eager"}, "tf-config"),
 )}
 NAMES = tuple(FRAMEWORKS)
 
