@@ -116,5 +116,19 @@ def test_devices_at_once_on_one_machine_compute_slower_by_the_contention_given(t
     assert "1.50 at k = 2 (given)" in text
 
 
-def test_contention_is_measured_on_this_machines_cores():
-    assert 0.5 < P.measure_contention(1, seconds=0.2, rounds=1) < 2    # one core against itself
+def test_contention_is_one_cores_rate_alone_over_its_rate_beside_the_others(monkeypatch):
+    """The arithmetic on given rates (a timed figure has no place in a unit test), and
+    the kernel really runs, pinned, in a process of its own."""
+    rates = {1: [[100.0], [90.0], [110.0]], 2: [[50.0, 70.0], [45.0, 45.0], [55.0, 55.0]]}
+    calls = []
+
+    def fake(cores, seconds):
+        calls.append(len(cores))
+        return rates[len(cores)][sum(c == len(cores) for c in calls) - 1]
+    monkeypatch.setattr(P, "_rates", fake)
+    if len(P.os.sched_getaffinity(0)) >= 2:
+        # rounds: 100 / 60, 90 / 45, 110 / 55 -> median 2.0
+        assert P.measure_contention(2, rounds=3) == pytest.approx(2.0)
+    monkeypatch.undo()
+    got = P._rates(sorted(P.os.sched_getaffinity(0))[:1], 0.1)
+    assert len(got) == 1 and got[0] > 0
