@@ -19,6 +19,7 @@ chapter's rule for communication to hide behind compute). Multi-device rows in t
 folders are predicted too and set beside what they measured (validation)."""
 from __future__ import annotations
 
+import functools
 import io
 import json
 import multiprocessing as mp
@@ -33,8 +34,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from common import models, registry
-from common.report import machine_lines, save_figure, timing
+from common import models
+from common.launcher import thread_env
+from common.report import all_devices, machine_lines, save_figure, timing
 from common.results import RecordError, load_records
 
 from .cli import Parser, UsageError, positive
@@ -86,6 +88,7 @@ def allreduce_sec(nbytes: float, k: int, link: Link) -> float:
 ALLREDUCE_VARIANT = {"scratch": "by hand (chapter)"}
 
 
+@functools.lru_cache(maxsize=None)       # each validation row asks again
 def fit_link(devices_dir: Path, framework: str, variant: str = "native") -> Link | None:
     """Latency and bandwidth of a ring step fitted to a devices folder's all-reduce rows
     of one framework and variant (2 devices: time = 2 x latency + bytes / bandwidth)."""
@@ -159,8 +162,7 @@ def measure_contention(k: int, seconds: float = 2.0, rounds: int = 3) -> float:
     """One core's kernel rate alone over its mean rate when k pinned cores run it at once
     (median of alternating rounds); single-threaded BLAS, as each device's own thread."""
     cores = sorted(os.sched_getaffinity(0))[:k]
-    os.environ.update({v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                        "MKL_NUM_THREADS")})
+    os.environ.update(thread_env(1))          # the kernel processes read it at start
     ratios = []
     for _ in range(rounds):
         alone = _rates(cores[:1], seconds)[0]
@@ -308,7 +310,7 @@ def main(argv=None) -> int:
     for r in ok:
         # devices with hardware of their own (GPUs, --cores-per-device, or machines):
         # CPU devices that share the cores are not what the model describes
-        k = r["devices"] * (r.get("nodes") or 1)
+        k = all_devices(r)
         own = r.get("device_kind") == "gpu" or r.get("cores_per_device")
         if k < 2 or not own:
             continue

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from common.launcher import log_tail
+
 POLL = 0.2        # seconds between looks at the clock and the stop flag
 
 
@@ -95,5 +97,4 @@ def run_worker(argv: list[str], log_path: Path, timeout: float, on_line: Callabl
                 _kill(proc)
                 break
         code = proc.wait()
-    tail = [l for l in log_path.read_text(errors="replace").splitlines() if l.strip()][-3:]
-    return WorkerExit(code, timed_out, interrupted, " | ".join(tail))
+    return WorkerExit(code, timed_out, interrupted, log_tail(log_path))

@@ -10,13 +10,11 @@ import json
 import os
 import sys
 
+from common.launcher import thread_env  # noqa: F401 - the benchmarks' commands take it from here
+
 # Quiet the C++ logs of TensorFlow and Paddle so that errors stand out.
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "GLOG_minloglevel": "2", "GLOG_v": "0",
              "PYTHONWARNINGS": "ignore"}
-
-
-def thread_env(threads: int) -> dict:
-    return {k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
 
 
 def main(argv: list[str]) -> int:

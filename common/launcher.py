@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import socket
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
@@ -50,6 +51,21 @@ class RankInfo:
         except KeyError as missing:
             raise LaunchError(f"{missing} is not set: this process was not started by a "
                               "launcher (common.launcher, common.nodes, torchrun)") from None
+
+
+def thread_env(threads: int) -> dict:
+    """The environment that sets a new process's thread pools (read at import by several
+    frameworks and BLAS libraries, so it goes in before the process starts)."""
+    return {k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+
+
+def log_tail(path, lines: int = 3) -> str:
+    """A log's last non-empty lines, joined on one line (for a record's error)."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return " | ".join([l for l in text.splitlines() if l.strip()][-lines:])
 
 
 def free_port(addr: str = "127.0.0.1") -> int:

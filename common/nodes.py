@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import Callable
 
 from . import registry
-from .launcher import LaunchError
+from .launcher import LaunchError, log_tail, thread_env
 
 ROOT = Path(__file__).resolve().parent.parent
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 RANK_SCRIPT = ROOT / "common" / "rank.py"
 # How each framework's engine starts on a node (registry.Framework.cluster names one)
 LAUNCHERS = {
@@ -195,7 +194,7 @@ def supervise(procs: list[Proc], env: dict, log_dir: Path, join_timeout: float,
                 i = bad[0]
                 _copy_log(logs[i])
                 raise LaunchError(f"node {procs[i].node}'s {procs[i].role} exited with code "
-                                  f"{codes[i]}: {_tail(logs[i])}")
+                                  f"{codes[i]}: {log_tail(logs[i])}")
             if all(codes[i] == 0 for i in leads):
                 others = [p for i, p in enumerate(running) if i not in leads]
                 for p in others:            # servers and the scheduler end with the workers
@@ -221,14 +220,6 @@ def supervise(procs: list[Proc], env: dict, log_dir: Path, join_timeout: float,
         _stop(running)
 
 
-def _tail(log: Path) -> str:
-    try:
-        text = log.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return " | ".join([l for l in text.splitlines() if l.strip()][-3:])
-
-
 def _copy_log(log: Path) -> None:
     """A failed process's log into this process's stderr (compare keeps it as the
     run's log), since the node's folder is removed with the run."""
@@ -251,7 +242,7 @@ def run(cfg, cluster: Cluster, out_dir: Path, on_line: Callable[[str], None],
     # unset); MXNet runs one worker process per node
     per_node = 1 if registry.facts(cfg.framework).cluster == "dmlc" else cfg.devices
     per_rank = max(1, cfg.threads // per_node)
-    env = {**os.environ, **{k: str(per_rank) for k in THREAD_VARIABLES},
+    env = {**os.environ, **thread_env(per_rank),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     supervise(procs, env, out_dir / "logs", cluster.join_timeout, on_line)
     results = []

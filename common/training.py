@@ -175,10 +175,7 @@ def _say(line: str) -> Callable[[], None]:
 def progress_printer() -> Callable[[], None]:
     """A step callback that tells the parent process (benchmarks.compare) of progress
     by one short line on stdout; it never touches the device."""
-    def on_step():
-        sys.stdout.write("@step\n")
-        sys.stdout.flush()
-    return on_step
+    return _say("@step")
 
 
 def estimate_printer() -> Callable[[float], None]:

@@ -104,6 +104,13 @@ class FitTrainer(Trainer):
                 optimizer=keras.optimizers.SGD(learning_rate=lr),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 run_eagerly=execution == "eager", jit_compile=execution == "compiled")
+        if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            # Keras's fit first reduces an input batch over the replicas to build the model
+            # symbolically, which MultiWorkerMirroredStrategy cannot do for a nested batch
+            # ("Attempt to convert a value (PerReplica...)", Keras 3.15); the model is built
+            # already, and fit runs in the strategy's scope (_fit)
+            self.model._distribute_strategy = None
+            _reduce_scalars_across_workers()
 
         self._evaluate = tf.function(lambda x: self.model(x, training=False), autograph=False)
 
@@ -120,12 +127,6 @@ class FitTrainer(Trainer):
         # every worker reads the same batches; tf.distribute cuts each into one piece per
         # replica and DATA sharding hands worker i the i-th piece of every batch
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-        # Keras's fit first reduces an input batch over the replicas to build the model
-        # symbolically, which MultiWorkerMirroredStrategy cannot do for a nested batch
-        # ("Attempt to convert a value (PerReplica...)", Keras 3.15); the model is built
-        # already, and the strategy still holds as the scope's
-        self.model._distribute_strategy = None
-        _reduce_scalars_across_workers()
         with self.strategy.scope():
             return self.model.fit(batches.with_options(options), epochs=1, verbose=0,
                                   callbacks=[callback])
