@@ -13,16 +13,17 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from common import registry
-from common.modes import MODES
-from common.report import machine_lines, save_figure, timing
-from common.results import RecordError, load_records
+from common.facts import registry
+from common.core.modes import MODES
+from common.reports.runs import colour, machine_lines, save_figure, timing
+from common.results.record import RecordError, load_records
 
 from .cli import Parser, UsageError, fraction, names, positive, positive_float
 
@@ -60,7 +61,6 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"batch_sweep: error: {e}", file=sys.stderr)
         return 2
-    import time
     out = Path(args.out or ROOT / "results" / time.strftime("sweep-%Y%m%d-%H%M%S"))
     code = 0
     for b in sizes:
@@ -134,7 +134,6 @@ def write_sweep(out: Path, records: list[dict], target: float, command: str) -> 
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from common.report import colour
         fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
         for key in dict.fromkeys((r["framework"], r["mode"]) for r in ok):
             pts = [r for r in ok if (r["framework"], r["mode"]) == key]

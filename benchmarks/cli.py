@@ -11,6 +11,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from common.facts import registry
+
 LOCK_FILE = ".lock"                # pid of the run writing the folder right now
 COMMAND_FILE = "command.txt"       # the command that wrote the folder, for a re-render
 
@@ -69,7 +71,6 @@ def positive_float(text):
 
 def command_parser(module: str, doc: str) -> Parser:
     """The parser of `python -m module` with the suite's first option, --framework."""
-    from common import registry
     p = Parser(prog=f"python -m {module}", description=doc.split("\n\n")[0],
                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--framework", default="all",

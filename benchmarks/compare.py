@@ -14,9 +14,7 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -25,10 +23,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from common import data, models, registry
-from common.modes import EXECUTIONS, MODES
-from common.results import (FAILED, REPEAT_KEYS, RecordError, RunConfig, env_info, new_record,
-                            ok_repeats, read_record, record_filename, write_atomic)
+from common.facts import data, registry
+from common import models
+from common.core.modes import MODES
+from common.core.plan import RunConfig
+from common.facts.machine import env_info, gpu_count
+from common.results.record import (FAILED, REPEAT_KEYS, RecordError, mark_not_installed, new_record,
+                                   ok_repeats, read_record, record_filename, write_atomic)
 
 from .cli import (LOCK_FILE, Parser, UsageError, claim_out, fraction, lock_holder, names,
                   non_negative, positive, positive_float)
@@ -87,7 +88,7 @@ def build_parser() -> Parser:
     p.add_argument("--execution", default="default",
                    help="default (what each framework's mode runs: named in every row), all, or "
                         "a comma-separated list of: " +
-                        "; ".join(f"{k} ({v})" for k, v in EXECUTIONS.items()) +
+                        "; ".join(f"{k} ({v})" for k, v in registry.EXECUTIONS.items()) +
                         ". Where a framework lacks one, its row says not-applicable and why")
     p.add_argument("--devices", type=_device_counts, default=None,
                    help="device counts to run, e.g. 1,2; repeats are dropped (default: 1 and "
@@ -157,21 +158,10 @@ def build_parser() -> Parser:
     return p
 
 
-def gpu_count() -> int:
-    """GPUs on this machine, asked of the driver (importing no framework)."""
-    if not shutil.which("nvidia-smi"):
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-
-
 def _executions(text: str) -> list[str | None]:
     """--execution as a list of execution names; None stands for each mode's default."""
-    chosen = list(EXECUTIONS) if text.strip() == "all" else names(
-        text, ("default", *EXECUTIONS), "execution")
+    chosen = list(registry.EXECUTIONS) if text.strip() == "all" else names(
+        text, ("default", *registry.EXECUTIONS), "execution")
     return [None if e == "default" else e for e in chosen]
 
 
@@ -417,9 +407,8 @@ def run_one(cfg: RunConfig, out: Path, rep: int, timeout: int, advance, estimate
     out_path, log_path = out / "logs" / f"{stem}-r{rep}.json", out / "logs" / f"{stem}-r{rep}.log"
     if not registry.is_installed(cfg.framework):
         record = new_record(cfg)
-        record.update(status="not-installed", env=env_info(),
-                      error=f"not installed: {registry.install_hint(cfg.framework)}")
-        return record
+        record["env"] = env_info()
+        return mark_not_installed(record)
     env = {**os.environ, **QUIET_ENV, **thread_env(cfg.threads)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     out_path.unlink(missing_ok=True)

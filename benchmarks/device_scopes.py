@@ -3,7 +3,7 @@
 A shared LSTM(64) encodes two sequences (140, 256), branch a on one device, branch b
 on another, the merge (concatenation, Dense(1, sigmoid)) on the CPU; trained a few
 SGD steps on a synthetic task, on one device and on the two-branch placement (see
-common.scopes). Each framework runs in a worker process of its own
+common.experiments.scopes). Each framework runs in a worker process of its own
 (benchmarks.device_scopes_worker). Results: one JSON record per framework and
 placement and report.md in --out; the table on the terminal (on stderr with
 --json, which keeps stdout for the JSON list of records)."""
@@ -18,8 +18,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from common import registry
-from common.results import env_info, write_atomic
+from common.experiments import scopes
+from common.facts import registry
+from common.reports import scopes as scopes_report
+from common.facts.machine import env_info
+from common.results.record import write_atomic
 
 from .cli import (COMMAND_FILE, Parser, command_parser, finish, names, non_negative, positive,
                   positive_float, run_command)
@@ -30,7 +33,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def build_parser() -> Parser:
-    from common import scopes
     p = command_parser("benchmarks.device_scopes", __doc__)
     p.add_argument("--steps", type=positive, default=scopes.DEFAULT_STEPS,
                    help="timed SGD steps per placement (after the warm-up)")
@@ -50,7 +52,6 @@ def build_parser() -> Parser:
 
 
 def _failed(cfg: dict, placement: str, why: str, status: str = "failed") -> dict:
-    from common import scopes
     return scopes.new_record(scopes.Config(**cfg), placement, status=status, error=why,
                              env=env_info())
 
@@ -59,7 +60,6 @@ def run_framework(cfg: dict, out: Path, timeout: int, stop: Interrupts) -> tuple
     """One framework's placements in a worker process. Records of placements it did
     not finish (a crash, a time-out, Ctrl-C) are written here. Returns its records and
     whether the user interrupted."""
-    from common import scopes
     fw = cfg["framework"]
     env = {**os.environ, **QUIET_ENV, **thread_env(cfg["threads"])}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -98,19 +98,17 @@ def run_framework(cfg: dict, out: Path, timeout: int, stop: Interrupts) -> tuple
 
 
 def summary_table(records: list[dict]) -> Table:
-    from common import scopes
     t = Table(title="device scopes: one shared LSTM, two branches")
-    for _, header in scopes.COLUMNS:
+    for _, header in scopes_report.COLUMNS:
         t.add_column(header)
-    for row in scopes.summary_rows(records):
-        t.add_row(*[str(row[k]) for k, _ in scopes.COLUMNS])
+    for row in scopes_report.summary_rows(records):
+        t.add_row(*[str(row[k]) for k, _ in scopes_report.COLUMNS])
     return t
 
 
 def render(out: Path, command: str, console: Console, records: list[dict]) -> None:
-    from common import scopes
     (out / COMMAND_FILE).write_text(command + "\n")
-    (out / "report.md").write_text(scopes.markdown_report(records, command))
+    (out / "report.md").write_text(scopes_report.markdown_report(records, command))
     console.print(summary_table(records))
     console.print(f"results: {out} (report.md)")
 
@@ -123,7 +121,6 @@ def main(argv=None) -> int:
 
 
 def _measure(args, argv, frameworks: list[str], out: Path) -> int:
-    from common import scopes
     err = Console(stderr=True)
     shown = err if args.json else Console(width=None if sys.stdout.isatty() else 200)
     records, interrupted = [], False

@@ -20,8 +20,8 @@ from .worker import thread_env
 def main(argv: list[str]) -> int:
     cfg_json, out = json.loads(argv[0]), Path(argv[1])
     os.environ.update(thread_env(cfg_json["threads"]))
-    from common import scopes
-    from common.results import write_atomic
+    from common.experiments import scopes
+    from common.results.record import write_atomic
     cfg = scopes.Config(**cfg_json)
 
     def begin(placement):

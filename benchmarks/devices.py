@@ -3,7 +3,7 @@
 Matrix products small to large beside NumPy's BLAS, a log read every step versus
 kept on the device, two devices at once versus in sequence, asynchronous
 execution, computation/copy overlap and copy bandwidth, parameters to a file and
-back, and all-reduce by size (see common.experiments). Each framework runs in a
+back, and all-reduce by size (see common.experiments.device_experiments). Each framework runs in a
 worker process of its own (benchmarks.devices_worker); an experiment that crashes
 or times out is recorded as failed and a new worker goes on with the rest.
 Results: one JSON record per framework and experiment, report.md and plots in
@@ -20,8 +20,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from common import registry
-from common.results import env_info, write_atomic
+from common.experiments.device_experiments import EXPERIMENTS, new_record, record_filename
+from common.facts import registry
+from common.reports import device_experiments as device_report
+from common.facts.machine import env_info
+from common.results.record import write_atomic
 
 from .cli import (COMMAND_FILE, Parser, command_parser, finish, names, positive,
                   run_command)
@@ -32,7 +35,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def build_parser() -> Parser:
-    from common.experiments import EXPERIMENTS
     p = command_parser("benchmarks.devices", __doc__)
     p.add_argument("--experiment", default="all",
                    help=f"all, or a comma-separated list of: {', '.join(EXPERIMENTS)}")
@@ -53,7 +55,6 @@ def build_parser() -> Parser:
 
 
 def resolve(args) -> tuple[list[str], list[str], list[str]]:
-    from common.experiments import EXPERIMENTS
     frameworks = names(args.framework, registry.NAMES, "framework")
     experiments = names(args.experiment, EXPERIMENTS, "experiment")
     kinds = ["cpu", "gpu"] if args.device == "all" else [args.device]
@@ -62,7 +63,6 @@ def resolve(args) -> tuple[list[str], list[str], list[str]]:
 
 def _failed_record(framework: str, name: str, why: str, cfg: dict, status: str = "failed") -> dict:
     """The record of an experiment that did not run to its end (with the run's settings)."""
-    from common.experiments import new_record
     return new_record(framework, name, status=status, error=why, env=env_info(),
                       device_kinds=cfg["kinds"], threads=cfg["threads"], repeat=cfg["repeat"],
                       quick=cfg["quick"])
@@ -72,7 +72,6 @@ def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, 
                   on_done, stop: Interrupts | None = None) -> tuple[list[dict], bool]:
     """All of one framework's experiments, in as few worker processes as crashes allow.
     Returns its records and whether the user interrupted."""
-    from common.experiments import record_filename
     env = {**os.environ, **QUIET_ENV, **thread_env(cfg["threads"])}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     remaining = list(experiments)
@@ -143,7 +142,6 @@ def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, 
 
 def render(out: Path, command: str, console: Console, plots: bool = True,
            records: list[dict] | None = None) -> list[dict]:
-    from common import device_report
     records = device_report.load_records(out) if records is None else records
     (out / COMMAND_FILE).write_text(command + "\n")
     (out / "report.md").write_text(device_report.markdown_report(records, command))
@@ -172,7 +170,6 @@ def _measure(args, argv, frameworks, experiments, kinds, out: Path) -> int:
     shown = err if args.json else Console(width=None if sys.stdout.isatty() else 160)
     cfg = {"kinds": kinds, "repeat": args.repeat, "quick": args.quick, "threads": args.threads}
 
-    from common.experiments import record_filename
     records, interrupted = [], False
     columns = (TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[status]}"))

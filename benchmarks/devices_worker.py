@@ -29,8 +29,9 @@ def main(argv: list[str]) -> int:
     cfg = json.loads(argv[0])
     out = Path(argv[1])
     os.environ.update(thread_env(cfg["threads"]))
-    from common import experiments as ex, ops as ops_mod
-    from common.results import env_info, write_atomic
+    from common.experiments import device_experiments as ex, ops as ops_mod
+    from common.facts.machine import env_info
+    from common.results.record import write_atomic
 
     env = env_info()
     ops = None

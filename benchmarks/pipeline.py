@@ -16,15 +16,24 @@ results/pipeline-<time>). A benchmark, not a test: nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
-from common import models, registry
-from common.results import RunConfig, env_info
+import numpy as np
+
+from common import models
+from common.facts import registry
+from common.core.pipeline import PipelineTrainer
+from common.core.plan import RunConfig
+from common.facts.machine import env_info
+from common.launch import launcher
 
 from .worker import QUIET_ENV, thread_env
 
@@ -62,7 +71,6 @@ def step_sec(record: dict) -> float | None:
 
 
 def median(records: list[dict], get) -> float | None:
-    import statistics
     values = [v for v in (get(r) for r in records if r.get("status") == "ok") if v is not None]
     return statistics.median(values) if values else None
 
@@ -75,8 +83,6 @@ def spread(records: list[dict]) -> str:
 def measure_units(framework: str, model: str, batch: int, steps: int, threads: int) -> list[float]:
     """Busy seconds per step of each unit of `model`, one pipeline stage per unit on one
     device (in this process: run it in a fresh one)."""
-    import numpy as np
-    from common.pipeline import PipelineTrainer
     m = models.get(model)
     b = registry.get(framework)
     b.setup(cpu_devices=len(m.UNITS), threads=threads)
@@ -94,7 +100,6 @@ def measure_units(framework: str, model: str, batch: int, steps: int, threads: i
 
 
 def _cut(model: str, costs, k: int = 2) -> list[str]:
-    from types import SimpleNamespace
     m = models.get(model)
     fake = SimpleNamespace(NAME=model, UNITS=m.UNITS, UNIT_COST=tuple(costs))
     return [f"{m.UNITS[lo][0]}..{m.UNITS[hi - 1][0]}" for lo, hi in models.stage_cuts(fake, k)]
@@ -157,75 +162,20 @@ def report(records: list[dict], units: dict, env: dict, load: tuple, command: st
     return "\n".join(lines)
 
 
-def _torch_engine_rank() -> None:
-    """One rank of a 2-stage GPipe step with torch.distributed.pipelining (gloo on a CPU)."""
-    import torch
-    import torch.distributed as dist
-    from torch import nn
-    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
-    from common import launcher
-    r = launcher.RankInfo.from_env()
-    dist.init_process_group("gloo", init_method=f"tcp://{r.master_addr}:{r.master_port}",
-                            rank=r.rank, world_size=r.world_size)
-    try:
-        torch.manual_seed(0)
-        net = nn.Sequential(nn.Conv2d(1, 20, 3), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(),
-                            nn.Linear(20 * 13 * 13, 10))
-        stage = PipelineStage(net[:3] if r.rank == 0 else net[3:], r.rank, 2, torch.device("cpu"))
-        schedule = ScheduleGPipe(stage, 4, scale_grads=False, loss_fn=lambda out, y:
-                                 nn.functional.cross_entropy(out, y, reduction="sum"))
-        X, y = torch.randn(16, 1, 28, 28), torch.randint(0, 10, (16,))
-        losses = []
-        schedule.step(X) if r.rank == 0 else schedule.step(target=y, losses=losses)
-        if losses:
-            print(f"torch.distributed.pipelining ScheduleGPipe, 2 processes, gloo: ran "
-                  f"({len(losses)} micro-batch losses)", flush=True)
-    finally:
-        dist.destroy_process_group()
-
-
-def _paddle_fleet_rank() -> None:
-    """One rank of a 2-stage step with Paddle's fleet PipelineParallel (CPU, gloo)."""
-    from common import launcher
-    r = launcher.RankInfo.from_env()
-    ends = [f"{r.master_addr}:{r.master_port + 1 + i}" for i in range(r.world_size)]
-    os.environ.update({"PADDLE_TRAINER_ID": str(r.rank), "PADDLE_TRAINERS_NUM": str(r.world_size),
-                       "PADDLE_CURRENT_ENDPOINT": ends[r.rank],
-                       "PADDLE_TRAINER_ENDPOINTS": ",".join(ends), "PADDLE_DISTRI_BACKEND": "gloo"})
-    import paddle
-    import paddle.distributed.fleet as fleet
-    from paddle import nn
-    from paddle.distributed.fleet.meta_parallel import LayerDesc, PipelineLayer
-    try:
-        strategy = fleet.DistributedStrategy()
-        strategy.hybrid_configs = {"dp_degree": 1, "mp_degree": 1, "pp_degree": 2}
-        strategy.pipeline_configs = {"accumulate_steps": 4, "micro_batch_size": 4}
-        fleet.init(is_collective=True, strategy=strategy)
-        model = PipelineLayer(layers=[LayerDesc(nn.Conv2D, 1, 20, 3), LayerDesc(nn.ReLU),
-                                      LayerDesc(nn.AvgPool2D, 2), LayerDesc(nn.Flatten),
-                                      LayerDesc(nn.Linear, 20 * 13 * 13, 10)],
-                              num_stages=2, loss_fn=nn.CrossEntropyLoss())
-        opt = fleet.distributed_optimizer(
-            paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters()))
-        model = fleet.distributed_model(model)
-        model.train_batch([paddle.randn([16, 1, 28, 28]), paddle.randint(0, 10, [16, 1])], opt)
-        if r.rank == 0:
-            print("paddle fleet PipelineParallel, 2 processes, gloo: ran", flush=True)
-    except Exception as e:  # noqa: BLE001 - the reason is the finding
-        if r.rank == 0:
-            print(f"paddle fleet PipelineParallel, 2 processes, gloo: {type(e).__name__}: {e}",
-                  flush=True)
+def _engine_probe_rank(framework: str) -> None:
+    """A rank of the probe of a framework's own pipeline engine: its pipeline.py's
+    engine_probe_rank, imported in the rank (the parent imports no framework)."""
+    importlib.import_module(f"{registry.facts(framework).package}.pipeline").engine_probe_rank()
 
 
 def probe_engines() -> None:
     """Do the frameworks' own pipeline engines run here? Prints one line each."""
-    from common import launcher
-    for fw, fn in (("pytorch", _torch_engine_rank), ("paddle", _paddle_fleet_rank)):
+    for fw in ("pytorch", "paddle"):
         if not registry.is_installed(fw):
             print(f"{fw}: not installed")
             continue
         try:
-            launcher.launch(fn, 2, env={"OMP_NUM_THREADS": "1", **QUIET_ENV})
+            launcher.launch(_engine_probe_rank, 2, (fw,), env={"OMP_NUM_THREADS": "1", **QUIET_ENV})
         except launcher.LaunchError as e:
             print(f"{fw}: {e}")
 

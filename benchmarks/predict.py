@@ -35,9 +35,9 @@ from rich.console import Console
 from rich.table import Table
 
 from common import models
-from common.launcher import thread_env
-from common.report import all_devices, machine_lines, save_figure, timing
-from common.results import RecordError, load_records
+from common.launch.launcher import thread_env
+from common.reports.runs import all_devices, colour, machine_lines, save_figure, timing
+from common.results.record import RecordError, load_records
 
 from .cli import Parser, UsageError, positive
 
@@ -432,7 +432,6 @@ def _plot(rows: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from common.report import colour
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     keys = dict.fromkeys((r["model"], r["framework"], r["mode"], r["execution"]) for r in rows)
     for key in keys:

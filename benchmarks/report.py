@@ -14,8 +14,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from common import report
-from common.results import RecordError, load_records
+from common.reports import runs as report
+from common.results.record import RecordError, load_records
 
 from .cli import COMMAND_FILE, recorded_command
 

@@ -24,8 +24,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from common import registry
-from common.modes import MODES
+from common.facts import registry
+from common.core.modes import MODES
 
 from .worker import QUIET_ENV, thread_env
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from common.launcher import log_tail
+from common.launch.launcher import log_tail
 
 POLL = 0.2        # seconds between looks at the clock and the stop flag
 

@@ -24,9 +24,9 @@ from rich.console import Console
 from rich.table import Table
 
 from common import models
-from common.modes import EXECUTIONS
-from common.report import machine_lines, timing
-from common.results import RecordError, load_records
+from common.facts.registry import EXECUTIONS
+from common.reports.runs import machine_lines, timing
+from common.results.record import RecordError, load_records
 
 from .cli import Parser, UsageError, positive
 from .worker import thread_env

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import data
+from common.facts import data
 
 from .worker import QUIET_ENV, thread_env
 

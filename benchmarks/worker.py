@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from common.launcher import thread_env  # noqa: F401 - the benchmarks' commands take it from here
+from common.launch.launcher import thread_env  # noqa: F401 - the benchmarks' commands take it from here
 
 # Quiet the C++ logs of TensorFlow and Paddle so that errors stand out.
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "GLOG_minloglevel": "2", "GLOG_v": "0",
@@ -19,11 +19,12 @@ QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "GLOG_minloglevel": "2", "GLOG_v": "0"
 
 def main(argv: list[str]) -> int:
     cfg_json, out_path = argv[0], argv[1]
-    from common.results import RunConfig, write_atomic
+    from common.core.plan import RunConfig
+    from common.results.record import write_atomic
     cfg = RunConfig(**json.loads(cfg_json))
     os.environ.update(thread_env(cfg.threads))
-    from common.training import run
-    record = run(cfg, progress=True)
+    from common.launch.run import run
+    record = run(cfg, tell=True)
     write_atomic(out_path, record)
     return 0
 

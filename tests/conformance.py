@@ -15,8 +15,10 @@ import traceback
 
 import numpy as np
 
-from common import devices as dev, models, modes, registry
-from common.contract import NeedsGPU, NotApplicable
+from common.facts import devices as dev, registry
+from common import models
+from common.core import modes
+from common.core.contract import NeedsGPU, NotApplicable
 
 CHECKS = {}   # name -> (function, needs, per_model)
 
@@ -204,9 +206,9 @@ def allreduce_in_place(b):
 
 @check(needs="scratch", per_model=False)
 def split_batch_covers_batch(b):
-    """Shards on their devices, in order, cut as common.data.shard_bounds: a batch the
+    """Shards on their devices, in order, cut as common.facts.data.shard_bounds: a batch the
     device count does not divide included."""
-    from common.data import shard_bounds
+    from common.facts.data import shard_bounds
     for n in (10, 11):
         X, y = _batch(n)
         devices = b.devices(2)
@@ -232,8 +234,8 @@ def scratch_two_devices_match_oracle(b, name):
     batches = [_batch(n, seed=s) for s in range(CHECK_STEPS[name])]
     lr = CHECK_LR
     want_losses, want_params, _ = _oracle_steps(name, 2, _unbiased(b, name))
-    from common.scratch import train_batch
-    execution = modes.execution(b.name, "scratch", None)
+    from common.core.scratch import train_batch
+    execution = registry.default_execution(b.name, "scratch")
     step2, step1 = (b.bind_train_batch(train_batch, reps, devices, lr, execution)
                     for reps, devices in ((rep2, two), (rep1, one)))
     for step, (X, y) in enumerate(batches):
@@ -279,8 +281,8 @@ def every_execution_matches_oracle(b, name):
     for mode in ("scratch", "native"):
         if (b.name, mode) in registry.KNOWN_GAPS:
             continue
-        default = modes.execution(b.name, mode, None)
-        for execution in modes.EXECUTIONS:
+        default = registry.default_execution(b.name, mode)
+        for execution in registry.EXECUTIONS:
             if (b.name, execution) in registry.KNOWN_GAPS:
                 continue
             if not models.get(name).STATE_NAMES:
@@ -317,11 +319,12 @@ def _oracle_steps(name, shards, unbiased):
 
 
 def _trainer(b, name, mode, execution, params, n):
+    execution = execution or registry.default_execution(b.name, mode)
     if mode == "native":
-        return b.native_trainer(name, params, b.devices(n), CHECK_LR, execution=execution)
-    from common.scratch import ScratchTrainer
+        return b.native_trainer(name, params, b.devices(n), CHECK_LR, execution)
+    from common.core.scratch import ScratchTrainer
     return ScratchTrainer(b, name, params, models.get(name).init_state(), b.devices(n), CHECK_LR,
-                          execution or modes.execution(b.name, mode, None))
+                          execution)
 
 
 def _trainer_matches_oracle(b, name, mode, execution, devices=None):
@@ -396,7 +399,7 @@ ONE_DEVICE = {"loss": 1e-6, "lenet_params": 5e-5}
 
 
 def _pipeline(b, name, params, M, k=2):
-    from common.pipeline import PipelineTrainer
+    from common.core.pipeline import PipelineTrainer
     return PipelineTrainer(b, name, params, models.get(name).init_state(), b.devices(k), CHECK_LR, M)
 
 
@@ -445,7 +448,8 @@ def model_mode_equals_one_device(b, name):
     model, tol = models.get(name), TOLERANCES[name]
     params = _nontrivial_params(model)
     batches = [_batch(ORACLE_BATCH[name], seed=s) for s in range(CHECK_STEPS[name])]
-    one = b.native_trainer(name, params, b.devices(1), CHECK_LR)
+    one = b.native_trainer(name, params, b.devices(1), CHECK_LR,
+                           registry.default_execution(b.name, "native"))
     ones = one.losses([one.step(X, y) for X, y in batches])
     want, want_state = one.replica_params()[0], one.replica_state()[0]
     for M in (1, *MODEL_MICRO_BATCHES[name]) if not model.STATE_NAMES else (1,):
@@ -466,7 +470,7 @@ def _gap_probes(b):
     lenet = models.get("lenet")
     params, devices = lenet.init_params(0), b.devices(1)
     with_state = [m for m in models.NAMES if models.get(m).STATE_NAMES]
-    from common.scratch import train_batch
+    from common.core.scratch import train_batch
     X, y = _batch(8)
 
     def one_step(execution):
@@ -476,12 +480,12 @@ def _gap_probes(b):
     return {
         "scratch": [lambda: b.get_params(params, devices[0]), lambda: b.allreduce([]),
                     lambda: b.bind_train_batch(train_batch, [], devices, 0.2, "eager")],
-        **{e: [lambda e=e: one_step(e)] for e in modes.EXECUTIONS},
-        "dataparallel": [lambda: b.dataparallel_trainer("lenet", params, devices, 0.2)],
+        **{e: [lambda e=e: one_step(e)] for e in registry.EXECUTIONS},
+        "dataparallel": [lambda: b.dataparallel_trainer("lenet", params, devices, 0.2, "eager")],
         "model": [lambda: _pipeline(b, "lenet", params, 2).step(*_batch(4))],
         "sync-bn": [lambda: b.native_trainer(
             m, models.get(m).init_params(0), b.devices(1 if b.facts.native_processes else 2),
-            0.2, sync_bn=True) for m in with_state],
+            0.2, registry.default_execution(b.name, "native"), sync_bn=True) for m in with_state],
     }
 
 
@@ -498,10 +502,10 @@ def known_gaps_still_gaps(b):
                 if gap or (isinstance(e, NeedsGPU) and not b.num_gpus()):
                     continue
                 raise AssertionError(f"{b.name} {capability} raised NotApplicable ({e}) but is "
-                                     "not listed in common.registry.KNOWN_GAPS")
+                                     "not listed in common.facts.registry.KNOWN_GAPS")
             if gap:
                 raise AssertionError(f"{b.name} {capability} is listed in KNOWN_GAPS but now "
-                                     "works: remove it from common.registry.KNOWN_GAPS")
+                                     "works: remove it from common.facts.registry.KNOWN_GAPS")
 
 
 def run_checks(b, model_names) -> dict:

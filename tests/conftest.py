@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from common import registry
+from common.facts import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,7 +16,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from common import scopes
+from common.experiments import scopes
 
 SMALL = {"seq_len": 8, "n": 4}           # cheap: the oracle's and every framework's BPTT
 FULL = {"seq_len": scopes.T, "n": 2}     # the chapter's sequences, a small batch

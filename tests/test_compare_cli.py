@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from common import registry
+from common.facts import registry
 from tests.conftest import covered, interrupt, run_python, usage_error
 
 BAD_INPUT = [
@@ -108,8 +108,9 @@ def test_report_of_an_empty_folder_is_exit_2(tmp_path):
 
 def test_install_hints_are_shown_literally(tmp_path):
     """A not-installed row keeps the '[extra]' of its hint (rich would eat it as markup)."""
-    from common import report
-    from common.results import RunConfig, new_record
+    from common.reports import runs as report
+    from common.core.plan import RunConfig
+    from common.results.record import new_record
     from rich.console import Console
     import io
     record = new_record(RunConfig("paddle", "scratch", 1))
@@ -147,8 +148,9 @@ def test_sigint_stops_the_comparison_and_keeps_what_finished(tmp_path):
 
 
 def test_efficiency_is_against_what_the_hardware_allows():
-    from common import report
-    from common.results import RunConfig, new_record
+    from common.reports import runs as report
+    from common.core.plan import RunConfig
+    from common.results.record import new_record
     rows = []
     for kind in ("cpu", "gpu"):
         one, two = new_record(RunConfig("mxnet", "native", 1)), new_record(RunConfig("mxnet", "native", 2))
@@ -185,7 +187,7 @@ def test_executions_name_the_rows_and_a_default_runs_once():
     """--execution lists are rows of their own, named in the file name unless they are
     the mode's default (which is then the one default run)."""
     from benchmarks.compare import Plan, build_parser
-    from common.results import new_record, record_filename
+    from common.results.record import new_record, record_filename
     args = build_parser().parse_args(["--framework", "pytorch,tensorflow", "--mode", "scratch",
                                       "--execution", "default,eager,graph", "--dataset", "synthetic"])
     files = [record_filename(new_record(c)) for c in Plan.from_args(
@@ -216,7 +218,8 @@ def test_a_framework_without_an_execution_says_so(tmp_path):
 def test_speed_reads_executions_against_the_floor(tmp_path):
     """benchmarks.speed: each execution's sec/epoch per framework and mode, the best,
     its ratio to eager, scratch over native, and the measured compute floor."""
-    from common.results import RunConfig, new_record, record_filename, write_atomic
+    from common.core.plan import RunConfig
+    from common.results.record import new_record, record_filename, write_atomic
     secs = {("scratch", "eager"): 4.0, ("scratch", "compiled"): 2.0, ("native", "eager"): 1.0}
     for (mode, execution), sec in secs.items():
         record = new_record(RunConfig("pytorch", mode, 1, execution=execution))
@@ -239,8 +242,8 @@ def test_cores_per_device_pins_each_device_to_its_own_cores(tmp_path):
     """--cores-per-device 1 on 2 devices: a process per device (PyTorch native) each on a
     core of its own, one thread each; the report's ideal speed-up is then k."""
     import os
-    from common import report
-    from common.results import load_records
+    from common.reports import runs as report
+    from common.results.record import load_records
     if not registry.is_installed("pytorch") or len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs pytorch and 2 cores")
     out = tmp_path / "out"

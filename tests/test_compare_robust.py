@@ -7,8 +7,10 @@ import os
 import pytest
 
 from benchmarks import compare
-from common import registry, report
-from common.results import COMPARE_KEYS, RunConfig, new_record, record_filename, write_atomic
+from common.facts import registry
+from common.reports import runs as report
+from common.core.plan import RunConfig
+from common.results.record import COMPARE_KEYS, new_record, record_filename, write_atomic
 from tests.conftest import covered, run_python, usage_error
 
 QUICK = ["--dataset", "synthetic", "--mode", "scratch", "--no-plots", "--epochs", "1",

@@ -3,7 +3,7 @@ import gzip
 import numpy as np
 import pytest
 
-from common import data
+from common.facts import data
 
 
 def _write_set(folder, n_train=30, n_test=10, gz=True):

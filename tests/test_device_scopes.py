@@ -1,4 +1,4 @@
-"""The device-scopes example (common.scopes, python -m benchmarks.device_scopes): every
+"""The device-scopes example (common.experiments.scopes, python -m benchmarks.device_scopes): every
 framework's shared-LSTM model against the NumPy oracle, forward and backward; its
 two-branch placement equal to its one-device model step for step, each part where the
 placement says; the frameworks' step losses against one another; the command's
@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from common import scopes
+from common.experiments import scopes
 from tests.conftest import (ROOT, covered, incomplete_subclass_error, per_framework,
                             subprocess_env, usage_error)
 
@@ -82,7 +82,7 @@ def test_each_part_runs_where_the_placement_says(checks, framework):
         want = r["placement"]
         assert r["placed"] == {**want, "weights": want["branch_a"]}, (name, r["placed"])
     two = _ran(checks(framework))["two-branch"]["placement"]
-    from benchmarks.compare import gpu_count
+    from common.facts.machine import gpu_count
     if not gpu_count():
         expected = 3 if framework in ("tensorflow", "keras", "mxnet") else 1
         assert len(set(two.values())) == expected, two
@@ -122,7 +122,7 @@ def test_placements_without_and_with_gpus():
 
 
 def test_an_incomplete_framework_fails_loudly():
-    error = incomplete_subclass_error("common.scopes", "Scopes", "build")
+    error = incomplete_subclass_error("common.experiments.scopes", "Scopes", "build")
     assert "abstract" in error and "forward_backward" in error, error
 
 

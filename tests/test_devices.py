@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from common import registry
-from common.experiments import EXPERIMENTS
+from common.facts import registry
+from common.experiments.device_experiments import EXPERIMENTS
 from tests.conftest import (ROOT, covered, incomplete_subclass_error, interrupt, run_python,
                             subprocess_env, usage_error)
 
@@ -33,12 +33,12 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
 
 
 def test_an_incomplete_backend_fails_loudly():
-    error = incomplete_subclass_error("common.ops", "Ops", "visible_devices")
+    error = incomplete_subclass_error("common.experiments.ops", "Ops", "visible_devices")
     assert "abstract" in error and "matmul" in error, error
 
 
 def test_the_device_modules_import_no_framework():
-    code = ("import sys, common.ops, common.experiments, common.device_report, "
+    code = ("import sys, common.experiments.ops, common.experiments.device_experiments, common.reports.device_experiments, "
             "benchmarks.devices, benchmarks.devices_worker, benchmarks.runner\n"
             "loaded = [m for m in ('torch', 'tensorflow', 'mxnet', 'paddle', 'keras') "
             "if m in sys.modules]\n"
@@ -150,7 +150,7 @@ def test_a_crash_in_one_experiment_leaves_the_others(tmp_path):
 
 
 def test_gpu_experiments_without_a_gpu_say_not_applicable(tmp_path):
-    from benchmarks.compare import gpu_count
+    from common.facts.machine import gpu_count
     if gpu_count():
         pytest.skip("this machine has a GPU")
     framework = "pytorch" if "pytorch" in covered() else covered()[0]
@@ -189,8 +189,8 @@ def test_gpu_rows_read_against_the_best_framework():
     """On a GPU NumPy has no figure: each product reads against the best framework at
     that size in the same run (computed at report time, from records as a GPU run
     writes them)."""
-    from common import device_report
-    from common.experiments import new_record
+    from common.reports import device_experiments as device_report
+    from common.experiments.device_experiments import new_record
 
     def record(framework, gflops):
         r = new_record(framework, "matmul", status="ok", device_kinds=["cpu", "gpu"])

@@ -1,6 +1,6 @@
 """Runs across several machines, simulated on this one (--launcher local: every node
 its own processes on localhost), each framework on its own engine: torchrun, Paddle's
-launcher, TF_CONFIG workers, MXNet's parameter server (common/nodes.py). Two nodes of
+launcher, TF_CONFIG workers, MXNet's parameter server (common/launch/nodes.py). Two nodes of
 one process each must train as one process does on the full batch; a node that dies
 or never joins must end its run as failed, in bounded time."""
 import json
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from common import data, models, registry
-from common.launcher import free_port
+from common.facts import data, registry
+from common import models
+from common.launch.launcher import free_port
 from tests.conftest import ROOT, covered, interrupt, subprocess_env
 from tests.conftest import RUN_SHAPE
 from tests.test_training import _agree, _ok
@@ -60,7 +61,7 @@ def test_two_simulated_nodes_train_as_one_process(worker_record, framework):
 
 
 def _rank_processes(node: int) -> list[int]:
-    """PIDs of the training processes (common/rank.py workers) of a simulated node."""
+    """PIDs of the training processes (common/launch/rank.py workers) of a simulated node."""
     pids = []
     for proc in Path("/proc").iterdir():
         try:
@@ -68,7 +69,7 @@ def _rank_processes(node: int) -> list[int]:
             env = (proc / "environ").read_bytes().split(b"\0")
         except (OSError, PermissionError):
             continue
-        if (any(c.endswith(b"common/rank.py") for c in cmd) and b"worker" in cmd
+        if (any(c.endswith(b"common/launch/rank.py") for c in cmd) and b"worker" in cmd
                 and f"DL_COMPARE_NODE={node}".encode() in env):
             pids.append(int(proc.name))
     return pids
@@ -122,7 +123,7 @@ def test_a_node_that_never_joins_fails_after_the_join_timeout(tmp_path):
 
 def test_ctrl_c_stops_every_process_of_every_node(tmp_path):
     """torchrun and Paddle's launcher start their ranks in sessions of their own: the
-    ranks must still end with the run (common/rank.py ties them to their parent)."""
+    ranks must still end with the run (common/launch/rank.py ties them to their parent)."""
     framework = covered()[0]
     interrupt(["-m", "benchmarks.compare", "--framework", framework, "--nodes", "2", "--launcher",
                "local", "--dataset", "synthetic", "--epochs", "20", "--no-plots", "--out",

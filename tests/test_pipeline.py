@@ -4,11 +4,13 @@ import itertools
 
 import pytest
 
-from common import models, report
-from common.contract import NotApplicable
-from common.modes import MODES
-from common.pipeline import bytes_between_stages, gpipe_bubble, stages
-from common.results import RECORD_KEYS, RunConfig, new_record
+from common import models
+from common.reports import runs as report
+from common.core.contract import NotApplicable
+from common.core.modes import MODES
+from common.core.pipeline import bytes_between_stages, gpipe_bubble, stages
+from common.core.plan import RunConfig
+from common.results.record import RECORD_KEYS, new_record
 from tests.conftest import usage_error
 
 
@@ -95,7 +97,7 @@ def test_model_mode_runs_eagerly():
     """Its stages hand over between Python calls: eager by default in every framework (the
     record says so), another execution is not-applicable before anything starts."""
     from types import SimpleNamespace
-    from common import registry
+    from common.facts import registry
     for name in registry.NAMES:
         assert new_record(RunConfig(name, "model", 2))["execution"] == "eager"
         backend = SimpleNamespace(name=name)

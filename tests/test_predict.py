@@ -5,7 +5,8 @@ import json
 import pytest
 
 from benchmarks import predict as P
-from common.results import RunConfig, new_record, record_filename, write_atomic
+from common.core.plan import RunConfig
+from common.results.record import new_record, record_filename, write_atomic
 from tests.conftest import run_python, usage_error
 
 

@@ -1,18 +1,20 @@
 
 import pytest
 
-from common import registry
+from common.facts import registry
 from tests.conftest import run_python
 
 
 def test_importing_common_and_benchmarks_imports_no_framework():
-    code = ("import sys, common, common.contract, common.data, common.launcher, common.modes, "
-            "common.models, common.models.lenet, common.registry, "
-            "common.report, common.results, common.scratch, common.training, "
-            "common.scopes, common.pipeline, benchmarks.compare, benchmarks.worker, "
-            "benchmarks.device_scopes, benchmarks.device_scopes_worker, benchmarks.pipeline\n"
-            "common.registry.installed(), common.results.env_info()\n"
-            "imports = {m for f in common.registry.FRAMEWORKS.values() for m in f.imports}\n"
+    # every module of common and benchmarks (walked, so a new one is covered too) but
+    # the *_reference modules: plain framework programs that the suite's rows are set against
+    code = ("import importlib, pkgutil, sys, common, benchmarks\n"
+            "for pkg in (common, benchmarks):\n"
+            "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+            "        if not m.name.endswith('_reference'):\n"
+            "            importlib.import_module(m.name)\n"
+            "common.facts.registry.installed(), common.facts.machine.env_info()\n"
+            "imports = {m for f in common.facts.registry.FRAMEWORKS.values() for m in f.imports}\n"
             "loaded = [m for m in sorted(imports | {'jax'}) if m in sys.modules]\n"
             "assert not loaded, loaded\n")
     proc = run_python(["-c", code])
@@ -33,7 +35,8 @@ def test_known_but_missing_names_the_pip_extra(monkeypatch):
 
 
 def test_every_known_gap_names_a_framework_and_capability():
-    from common.modes import EXECUTIONS, MODES
+    from common.core.modes import MODES
+    from common.facts.registry import EXECUTIONS
     for (framework, capability), reason in registry.KNOWN_GAPS.items():
         assert framework in registry.NAMES and capability in (*MODES, *EXECUTIONS, "sync-bn") and reason
 
@@ -41,13 +44,14 @@ def test_every_known_gap_names_a_framework_and_capability():
 def test_every_framework_names_how_it_runs_each_execution_it_has():
     """Each execution is either the framework's (with its mechanism named) or a listed
     gap, never both; every mode's default execution is one it has."""
-    from common.modes import EXECUTIONS, MODES, execution
+    from common.core.modes import MODES
+    from common.facts.registry import EXECUTIONS, default_execution
     for name, f in registry.FRAMEWORKS.items():
         for e in EXECUTIONS:
             assert (e in f.executions) != ((name, e) in registry.KNOWN_GAPS), (name, e)
         assert set(f.executions) <= set(EXECUTIONS)
         for mode in MODES:
-            assert execution(name, mode, None) in f.executions, (name, mode)
+            assert default_execution(name, mode) in f.executions, (name, mode)
 
 
 def test_the_facts_table_is_the_one_list_of_frameworks():

@@ -5,8 +5,9 @@ devices (each replica's own statistics, or synchronised)."""
 import numpy as np
 import pytest
 
-from common import data, models, registry
-from common.contract import NeedsGPU
+from common.facts import data, registry
+from common import models
+from common.core.contract import NeedsGPU
 from tests.conftest import RUN_SHAPE, covered
 
 STEPS = 20
@@ -150,7 +151,7 @@ def test_known_gap_recorded_not_applicable(worker_record, framework):
 
 @pytest.mark.parametrize("framework", covered())
 def test_records_hold_exactly_the_schema_keys(worker_record, framework):
-    from common.results import RECORD_KEYS
+    from common.results.record import RECORD_KEYS
     for mode in ("scratch", "native"):
         steps = 1 if (framework, mode) in registry.KNOWN_GAPS else None
         record = worker_record(framework, mode, 1, steps=steps)
@@ -207,8 +208,8 @@ def _model_record(worker_record, framework, model):
 @pytest.mark.parametrize("model", models.NAMES)
 @pytest.mark.parametrize("framework", covered())
 def test_model_mode_two_stages(worker_record, framework, model):
-    from common.pipeline import gpipe_bubble
-    from common.results import RECORD_KEYS
+    from common.core.pipeline import gpipe_bubble
+    from common.results.record import RECORD_KEYS
     record = _model_record(worker_record, framework, model)
     gap = registry.KNOWN_GAPS.get((framework, "model"))
     if gap:

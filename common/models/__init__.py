@@ -24,6 +24,8 @@ from types import ModuleType
 
 import numpy as np
 
+from common.facts.data import shard_bounds
+
 NAMES = ("lenet", "resnet18")
 
 
@@ -51,7 +53,6 @@ def sgd_steps(model: ModuleType, params, batches, lr: float, state=None, shards:
     framework that updates the running statistics in the backward pass, which meets the
     micro-batches in reverse). Returns the mean loss of every step and the final
     parameters."""
-    from ..data import shard_bounds
     params = [np.asarray(p, np.float64).copy() for p in params]
     losses = []
     for X, y in batches:

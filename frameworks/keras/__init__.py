@@ -5,7 +5,7 @@ import os
 # needs the TensorFlow backend, whatever the user's default is.
 os.environ["KERAS_BACKEND"] = "tensorflow"
 
-from common.contract import Backend  # noqa: E402
+from common.core.contract import Backend  # noqa: E402
 
 from .devices import Devices  # noqa: E402
 from .models import Models  # noqa: E402

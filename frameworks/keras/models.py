@@ -92,7 +92,7 @@ class Models:
     def keras_model(self, model, params, state=(), sync_bn=False, stage=None):
         """The Keras model `model` with the common weights `params` and `state`, and its
         (parameter, state) variables in the common order; with a pipeline stage
-        (common/pipeline.py), the sub-model of its units and its variables."""
+        (common/core/pipeline.py), the sub-model of its units and its variables."""
         if model not in KERAS_MODELS:
             self.model_ops(model)        # an unknown model or a known gap: a clear error
         build, slots = KERAS_MODELS[model]

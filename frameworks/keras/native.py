@@ -6,8 +6,8 @@ import keras
 import tensorflow as tf
 
 from common import models
-from common.contract import NeedsGPU, Trainer
-from common.results import STEP_LOSSES_KEPT
+from common.core.contract import NeedsGPU, Trainer
+from common.core.loop import STEP_LOSSES_KEPT
 
 from frameworks.tensorflow.devices import tf_device
 from frameworks.tensorflow.native import mirrored_values
@@ -84,7 +84,7 @@ class FitTrainer(Trainer):
     def __init__(self, backend, model, params, devices, lr, sync_bn=False, execution="graph",
                  strategy=None):
         self.backend, self.name, self.ops = backend, model, backend.model_ops(model)
-        # Several workers (common.nodes): their MultiWorkerMirroredStrategy. One device:
+        # Several workers (common.launch.nodes): their MultiWorkerMirroredStrategy. One device:
         # Keras's default strategy, which places on that device (the default device of
         # devices(1)); OneDeviceStrategy doubled the step time. Reduction onto one
         # device, not collectives: a second MirroredStrategy in the process (the tests
@@ -175,10 +175,9 @@ XLA_ON_CPU_DEVICES = ("fit(jit_compile=True) under MirroredStrategy over logical
 
 
 class Native:
-    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False,
-                       execution=None):
-        execution = execution or "graph"
-        self.check_execution(execution, ("eager", "graph", "compiled"))
+    def native_trainer(self, model, params, devices, lr, execution, rank=0, world=1,
+                       sync_bn=False):
+        self.check_execution(execution)
         if execution == "compiled" and len(devices) > 1 and not devices[0].startswith("gpu"):
             raise NeedsGPU(XLA_ON_CPU_DEVICES)
         return FitTrainer(self, model, params, devices, lr, sync_bn, execution,

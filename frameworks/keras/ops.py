@@ -1,4 +1,4 @@
-"""Keras 3's calls for the device experiments (common.experiments), on its
+"""Keras 3's calls for the device experiments (common.experiments.device_experiments), on its
 TensorFlow backend: arithmetic through keras.ops under keras.device, parameters
 through a Model's save_weights / load_weights. Keras 3 has no collective of its
 own there (keras.distribution's TensorFlow distribution_lib supplies only

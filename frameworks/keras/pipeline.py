@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common.contract import Replica
+from common.core.contract import Replica
 
 from frameworks.tensorflow.models import loss_sum
 from frameworks.tensorflow.pipeline import Pipeline as TensorFlowPipeline

@@ -1,10 +1,10 @@
-"""The device-scopes model (common.scopes) in Keras 3 (TensorFlow backend): the
+"""The device-scopes model (common.experiments.scopes) in Keras 3 (TensorFlow backend): the
 chapter's functional model with one keras.layers.LSTM shared by both inputs, each
 part called under keras.device."""
 import keras
 import tensorflow as tf
 
-from common import scopes
+from common.experiments import scopes
 
 
 class OnDevice(keras.layers.Layer):

@@ -1,7 +1,7 @@
 """Keras has no from-scratch data-parallel loop of its own (see KNOWN_GAPS): every
 scratch entry point says so, and the tests check that it still does."""
-from common.contract import NotApplicable
-from common.registry import KNOWN_GAPS
+from common.core.contract import NotApplicable
+from common.facts.registry import KNOWN_GAPS
 
 REASON = KNOWN_GAPS[("keras", "scratch")]
 

@@ -6,7 +6,7 @@ import numpy as np
 if "bool" not in np.__dict__:   # (hasattr would warn)
     np.bool = bool
 
-from common.contract import Backend  # noqa: E402
+from common.core.contract import Backend  # noqa: E402
 
 from .devices import Devices  # noqa: E402
 from .models import Models  # noqa: E402

@@ -2,7 +2,7 @@
 import mxnet as mx
 import numpy as np
 
-from common import devices as dev
+from common.facts import devices as dev
 
 
 def context(device: str) -> mx.Context:

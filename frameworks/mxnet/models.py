@@ -4,7 +4,7 @@ same code runs imperatively and as a cached graph; shapes come from common/model
 since a symbol has none."""
 from mxnet import gluon, nd
 
-from common.contract import ModelOps
+from common.core.contract import ModelOps
 from common.models import lenet as L, resnet18 as R
 
 loss = gluon.loss.SoftmaxCrossEntropyLoss()

@@ -3,8 +3,8 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 from mxnet.gluon import nn
 
-from common.contract import NotApplicable, Trainer
-from common.data import shard_bounds
+from common.core.contract import NotApplicable, Trainer
+from common.facts.data import shard_bounds
 from common.models import resnet18 as R
 
 from .devices import context
@@ -87,7 +87,7 @@ LOSS_KEY = 1_000_000
 
 class GluonTrainer(Trainer):
     """gluon.Trainer over this process's contexts; given a `dist_sync` KVStore
-    (several machines, common.nodes), worker `rank` of `world` trains on its shard of
+    (several machines, common.launch.nodes), worker `rank` of `world` trains on its shard of
     every batch and the parameter servers sum the workers' gradients."""
 
     def __init__(self, model, params, state, devices, lr, sync_bn=False, execution="compiled",
@@ -175,10 +175,9 @@ class Native:
                          "measured: ResNet-18 on 2 CPU contexts hangs in its first step with "
                          "the default 4 copies, after 7 steps with 32, 13-14 with 128 or 256)")
 
-    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False,
-                       execution=None):
-        execution = execution or "compiled"
-        self.check_execution(execution, ("eager", "compiled"))
+    def native_trainer(self, model, params, devices, lr, execution, rank=0, world=1,
+                       sync_bn=False):
+        self.check_execution(execution)
         if sync_bn:
             self.check_sync_bn(devices)
         if model not in GLUON_MODELS:
@@ -187,11 +186,11 @@ class Native:
         return GluonTrainer(model, params, models.get(model).init_state(), devices, lr, sync_bn,
                             execution, self.kvstore if world > 1 else None, rank, world)
 
-    # --- several machines: the dist_sync KVStore (common.nodes starts the scheduler,
+    # --- several machines: the dist_sync KVStore (common.launch.nodes starts the scheduler,
     # servers and workers); creating it registers this worker and waits for the rest ---
     def join(self, rank, timeout=None):
         from mxnet import kv
-        from common.launcher import RankInfo
+        from common.launch.launcher import RankInfo
         self.kvstore = kv.create("dist_sync")
         # the scheduler numbers the workers in the order they registered
         return RankInfo(self.kvstore.rank, self.kvstore.num_workers, 0, 1, rank.master_addr,

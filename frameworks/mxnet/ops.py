@@ -1,4 +1,4 @@
-"""MXNet's calls for the device experiments (common.experiments). MXNet's engine
+"""MXNet's calls for the device experiments (common.experiments.device_experiments). MXNet's engine
 is asynchronous on the CPU too: every call returns at once, mx.nd.waitall (the
 backend's synchronize) or asnumpy waits."""
 import itertools
@@ -6,7 +6,7 @@ import os
 
 import mxnet as mx
 
-from common import ops
+from common.experiments import ops
 
 from .devices import context
 

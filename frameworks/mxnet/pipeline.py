@@ -1,4 +1,4 @@
-"""Model mode in MXNet: the stage calls that common/pipeline.py's GPipe loop is
+"""Model mode in MXNet: the stage calls that common/core/pipeline.py's GPipe loop is
 written on. Each stage's parameters live on its own context (mx.cpu(i) are distinct
 contexts, mx.gpu(i) GPUs) with grad_req 'add', so their gradients add up over the
 micro-batches; a stage's input gets attach_grad, and out.backward(grad) takes the

@@ -1,9 +1,9 @@
-"""The device-scopes model (common.scopes) in MXNet: gluon.rnn.LSTM on contexts."""
+"""The device-scopes model (common.experiments.scopes) in MXNet: gluon.rnn.LSTM on contexts."""
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-from common import scopes
+from common.experiments import scopes
 
 from .devices import context
 

@@ -1,10 +1,10 @@
 """The chapter's data parallelism by hand, in MXNet: its primitives. The
-train_batch that strings them together is common/scratch.py's."""
+train_batch that strings them together is common/core/scratch.py's."""
 from mxnet import autograd, gluon, nd
 from mxnet.gluon import HybridBlock
 
 from common import models
-from common.contract import Replica
+from common.core.contract import Replica
 
 from .devices import context
 from .models import loss
@@ -56,7 +56,7 @@ class Scratch:
             data[0].copyto(data[i])          # copyto writes into data[i] in place
 
     def split_batch(self, X, y, devices):
-        # even_split=False cuts as common.data.shard_bounds: the first shards one larger
+        # even_split=False cuts as common.facts.data.shard_bounds: the first shards one larger
         ctxs = [context(d) for d in devices]
         return (gluon.utils.split_and_load(X, ctxs, even_split=False),
                 gluon.utils.split_and_load(y, ctxs, even_split=False))
@@ -71,7 +71,7 @@ class Scratch:
     def _shard_step(self, model, execution):
         """The per-shard forward, as it is (eager) or hybridized (compiled): one block
         per model, shared by every replica and context."""
-        self.check_execution(execution, ("eager", "compiled"))
+        self.check_execution(execution)
         cache = self.__dict__.setdefault("_steps", {})
         if (model, execution) not in cache:
             ops = self.model_ops(model)

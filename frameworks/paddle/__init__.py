@@ -1,7 +1,7 @@
 """PaddlePaddle on the common contract. Never import it in a process that has
 imported TensorFlow: that crashes (see DESIGN); the suite runs each framework
 in its own process."""
-from common.contract import Backend
+from common.core.contract import Backend
 
 from .devices import Devices
 from .models import Models

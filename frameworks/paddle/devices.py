@@ -3,7 +3,7 @@ place per process: replicas on the CPU share it."""
 import numpy as np
 import paddle
 
-from common import devices as dev
+from common.facts import devices as dev
 
 
 def place(device: str):

@@ -5,7 +5,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from common.contract import ModelOps
+from common.core.contract import ModelOps
 from common.models import resnet18 as R
 
 # Paddle's BatchNorm momentum weights the old running value: 0.9 is PyTorch's 0.1

@@ -1,13 +1,13 @@
 """Native mode: paddle.DataParallel, one process per device (started by
-common.launcher; join() enters the process group: gloo on CPU, nccl on GPU)."""
+common.launch.launcher; join() enters the process group: gloo on CPU, nccl on GPU)."""
 import os
 
 import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from common.contract import Trainer
-from common.data import shard_bounds
+from common.core.contract import Trainer
+from common.facts.data import shard_bounds
 
 from .models import ResNet18Layer, loss_sum
 
@@ -95,14 +95,13 @@ class Native:
                          "DataParallel, its forward: 'The kernel `sync_batch_norm` is not "
                          "registered')")
 
-    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False,
-                       execution=None):
-        execution = execution or "eager"
-        self.check_execution(execution, ("eager", "compiled"))
+    def native_trainer(self, model, params, devices, lr, execution, rank=0, world=1,
+                       sync_bn=False):
+        self.check_execution(execution)
         if sync_bn:
             self.check_sync_bn(devices)
         if world == 1 and len(devices) > 1:
-            raise ValueError("Paddle native mode runs one process per device (common.launcher)")
+            raise ValueError("Paddle native mode runs one process per device (common.launch.launcher)")
         from common import models
         state = models.get(model).init_state()
         layer = (LAYERED[model](params, state) if model in LAYERED
@@ -113,7 +112,7 @@ class Native:
         return DataParallelTrainer(layer, lr, rank, world, execution)
 
     def join(self, rank, timeout=None):
-        # paddle.distributed.launch has set its own variables; under common.launcher,
+        # paddle.distributed.launch has set its own variables; under common.launch.launcher,
         # paddle.distributed reads its names for what that launcher set
         gpu = self.num_gpus() > rank.local_rank
         if "PADDLE_TRAINER_ENDPOINTS" not in os.environ:

@@ -1,9 +1,9 @@
-"""PaddlePaddle's calls for the device experiments (common.experiments). Paddle has
+"""PaddlePaddle's calls for the device experiments (common.experiments.device_experiments). Paddle has
 one CPU place per process; its collective runs one process per device."""
 import paddle
 import paddle.distributed as dist
 
-from common import ops
+from common.experiments import ops
 
 
 class Ops(ops.Ops):

@@ -1,11 +1,16 @@
-"""Model mode in Paddle: the stage calls that common/pipeline.py's GPipe loop is
+"""Model mode in Paddle: the stage calls that common/core/pipeline.py's GPipe loop is
 written on. A stage's input is a detached tensor with stop_gradient off;
 paddle.autograd.backward(out, grad) takes the gradient of the output and leaves the
 input's in X.grad. Paddle has one CPU place per process, so stages on a CPU run in
 processes of their own, handing over with paddle.distributed.send/recv (gloo)."""
+import os
+
 import numpy as np
 import paddle
 import paddle.distributed as dist
+from paddle import nn
+
+from common.launch import launcher
 
 from .devices import place
 from .models import loss_sum
@@ -42,3 +47,34 @@ class Pipeline:
         out = []
         dist.all_gather(out, mine)
         return np.stack([t.numpy() for t in out])
+
+
+def engine_probe_rank() -> None:
+    """One rank of a 2-stage step with Paddle's fleet PipelineParallel (CPU, gloo): does
+    Paddle's own pipeline engine run here? (benchmarks.pipeline --probe-engines)."""
+    r = launcher.RankInfo.from_env()
+    ends = [f"{r.master_addr}:{r.master_port + 1 + i}" for i in range(r.world_size)]
+    os.environ.update({"PADDLE_TRAINER_ID": str(r.rank), "PADDLE_TRAINERS_NUM": str(r.world_size),
+                       "PADDLE_CURRENT_ENDPOINT": ends[r.rank],
+                       "PADDLE_TRAINER_ENDPOINTS": ",".join(ends), "PADDLE_DISTRI_BACKEND": "gloo"})
+    import paddle.distributed.fleet as fleet
+    from paddle.distributed.fleet.meta_parallel import LayerDesc, PipelineLayer
+    try:
+        strategy = fleet.DistributedStrategy()
+        strategy.hybrid_configs = {"dp_degree": 1, "mp_degree": 1, "pp_degree": 2}
+        strategy.pipeline_configs = {"accumulate_steps": 4, "micro_batch_size": 4}
+        fleet.init(is_collective=True, strategy=strategy)
+        model = PipelineLayer(layers=[LayerDesc(nn.Conv2D, 1, 20, 3), LayerDesc(nn.ReLU),
+                                      LayerDesc(nn.AvgPool2D, 2), LayerDesc(nn.Flatten),
+                                      LayerDesc(nn.Linear, 20 * 13 * 13, 10)],
+                              num_stages=2, loss_fn=nn.CrossEntropyLoss())
+        opt = fleet.distributed_optimizer(
+            paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters()))
+        model = fleet.distributed_model(model)
+        model.train_batch([paddle.randn([16, 1, 28, 28]), paddle.randint(0, 10, [16, 1])], opt)
+        if r.rank == 0:
+            print("paddle fleet PipelineParallel, 2 processes, gloo: ran", flush=True)
+    except Exception as e:  # noqa: BLE001 - the reason is the finding
+        if r.rank == 0:
+            print(f"paddle fleet PipelineParallel, 2 processes, gloo: {type(e).__name__}: {e}",
+                  flush=True)

@@ -1,4 +1,4 @@
-"""The device-scopes model (common.scopes) in PaddlePaddle: paddle.nn.LSTM."""
+"""The device-scopes model (common.experiments.scopes) in PaddlePaddle: paddle.nn.LSTM."""
 from dataclasses import asdict
 
 import numpy as np
@@ -6,9 +6,9 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from common import scopes
+from common.experiments import scopes
 
-from common import devices as dev
+from common.facts import devices as dev
 
 
 def _made_on(device, make):

@@ -1,5 +1,5 @@
 """PyTorch on the common contract."""
-from common.contract import Backend
+from common.core.contract import Backend
 
 from .devices import Devices
 from .models import Models

@@ -4,8 +4,8 @@ import shutil
 import numpy as np
 import torch
 
-from common import devices as dev
-from common.contract import NotApplicable
+from common.facts import devices as dev
+from common.core.contract import NotApplicable
 
 
 def torch_device(device: str) -> torch.device:

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from common.contract import ModelOps
+from common.core.contract import ModelOps
 from common.models import resnet18 as R
 
 

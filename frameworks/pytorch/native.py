@@ -1,5 +1,5 @@
 """Native mode: DistributedDataParallel, one process per device (started by
-common.launcher; join() enters the process group)."""
+common.launch.launcher; join() enters the process group)."""
 import datetime
 
 import numpy as np
@@ -8,8 +8,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from common.contract import NeedsGPU, NotApplicable, Trainer
-from common.data import shard_bounds
+from common.core.contract import NeedsGPU, NotApplicable, Trainer
+from common.facts.data import shard_bounds
 
 from .devices import compile_check, torch_device
 from .models import ResNet18Module, loss_sum, to_layout
@@ -107,7 +107,7 @@ class DDPTrainer(Trainer):
 class DataParallelTrainer(DDPTrainer):
     """The chapter's concise PyTorch: nn.DataParallel in one process replicates the
     module onto every GPU in each step, scatters the batch (torch.chunk: shards
-    differ from common.data.shard_bounds only when the device count does not divide
+    differ from common.facts.data.shard_bounds only when the device count does not divide
     the batch) and sums the gradients onto the first GPU. BatchNorm's running
     statistics come from the first GPU's replica alone."""
 
@@ -127,7 +127,7 @@ class DataParallelTrainer(DDPTrainer):
 
 
 class Native:
-    def dataparallel_trainer(self, model, params, devices, lr, execution="eager"):
+    def dataparallel_trainer(self, model, params, devices, lr, execution):
         if execution != "eager":
             raise NotApplicable("nn.DataParallel replicates the module onto every GPU in each "
                                 "step, which torch.compile does not trace; the compiled data "
@@ -140,16 +140,15 @@ class Native:
     sync_bn_needs_gpu = ("torch.nn.SyncBatchNorm works on CUDA devices only (DDP on CPU: "
                          "'SyncBatchNorm layers only work with GPU modules')")
 
-    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False,
-                       execution=None):
-        execution = execution or "eager"
-        self.check_execution(execution, ("eager", "compiled"))
+    def native_trainer(self, model, params, devices, lr, execution, rank=0, world=1,
+                       sync_bn=False):
+        self.check_execution(execution)
         if execution == "compiled":
             compile_check(devices)
         if sync_bn:
             self.check_sync_bn(devices)
         if world == 1 and len(devices) > 1:
-            raise ValueError("PyTorch native mode runs one process per device (common.launcher)")
+            raise ValueError("PyTorch native mode runs one process per device (common.launch.launcher)")
         module = self._module(model, params)
         if sync_bn:
             # BatchNorm2d -> SyncBatchNorm: batch statistics all-reduced over the ranks
@@ -164,7 +163,7 @@ class Native:
         return OpsModule(self.model_ops(model), params, state)
 
     def join(self, rank, timeout=None):
-        # env://: MASTER_ADDR and MASTER_PORT as common.launcher sets them, or under
+        # env://: MASTER_ADDR and MASTER_PORT as common.launch.launcher sets them, or under
         # torchrun the store its agent already serves (TORCHELASTIC_USE_AGENT_STORE)
         gpu = torch.cuda.device_count() > rank.local_rank
         kwargs = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}

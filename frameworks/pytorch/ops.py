@@ -1,8 +1,8 @@
-"""PyTorch's calls for the device experiments (common.experiments)."""
+"""PyTorch's calls for the device experiments (common.experiments.device_experiments)."""
 import torch
 import torch.distributed as dist
 
-from common import ops
+from common.experiments import ops
 
 from .devices import torch_device
 

@@ -1,4 +1,4 @@
-"""Model mode in PyTorch: the stage calls that common/pipeline.py's GPipe loop is
+"""Model mode in PyTorch: the stage calls that common/core/pipeline.py's GPipe loop is
 written on. A stage's input is a detached leaf that records its gradient
 (requires_grad_); torch.autograd.backward(out, grad) takes the gradient of the
 output and leaves the input's in X.grad. Stages on one CPU device run in processes
@@ -6,6 +6,9 @@ of their own, handing over with torch.distributed.send/recv (gloo; nccl on GPUs)
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import nn
+
+from common.launch import launcher
 
 from .devices import torch_device
 from .models import loss_sum
@@ -41,3 +44,29 @@ class Pipeline:
         out = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
         dist.all_gather(out, mine)
         return torch.stack(out).numpy()
+
+
+def engine_probe_rank() -> None:
+    """One rank of a 2-stage GPipe step with torch.distributed.pipelining (gloo on a CPU):
+    does PyTorch's own pipeline engine run here? (benchmarks.pipeline --probe-engines;
+    the suite's model mode hands over by itself, since the schedule hides the per-stage
+    times a record keeps)."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+    r = launcher.RankInfo.from_env()
+    dist.init_process_group("gloo", init_method=f"tcp://{r.master_addr}:{r.master_port}",
+                            rank=r.rank, world_size=r.world_size)
+    try:
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Conv2d(1, 20, 3), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(),
+                            nn.Linear(20 * 13 * 13, 10))
+        stage = PipelineStage(net[:3] if r.rank == 0 else net[3:], r.rank, 2, torch.device("cpu"))
+        schedule = ScheduleGPipe(stage, 4, scale_grads=False, loss_fn=lambda out, y:
+                                 nn.functional.cross_entropy(out, y, reduction="sum"))
+        X, y = torch.randn(16, 1, 28, 28), torch.randint(0, 10, (16,))
+        losses = []
+        schedule.step(X) if r.rank == 0 else schedule.step(target=y, losses=losses)
+        if losses:
+            print(f"torch.distributed.pipelining ScheduleGPipe, 2 processes, gloo: ran "
+                  f"({len(losses)} micro-batch losses)", flush=True)
+    finally:
+        dist.destroy_process_group()

@@ -1,11 +1,11 @@
-"""The device-scopes model (common.scopes) in PyTorch: one nn.LSTM, two branches."""
+"""The device-scopes model (common.experiments.scopes) in PyTorch: one nn.LSTM, two branches."""
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from common import scopes
+from common.experiments import scopes
 
 from .devices import torch_device
 

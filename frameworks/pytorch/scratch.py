@@ -1,10 +1,10 @@
 """The chapter's data parallelism by hand, in PyTorch: its primitives. The
-train_batch that strings them together is common/scratch.py's."""
+train_batch that strings them together is common/core/scratch.py's."""
 import torch
 
-from common.contract import Replica
-from common.data import shard_bounds
-from common.scratch import training_forward
+from common.core.contract import Replica
+from common.facts.data import shard_bounds
+from common.core.scratch import training_forward
 
 from .devices import compile_check, torch_device
 from .models import loss_sum, to_layout

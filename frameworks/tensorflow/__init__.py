@@ -1,5 +1,5 @@
 """TensorFlow 2 on the common contract."""
-from common.contract import Backend
+from common.core.contract import Backend
 
 from .devices import Devices
 from .models import Models

@@ -3,7 +3,7 @@ logical devices, configured in `setup` before TensorFlow initialises."""
 import numpy as np
 import tensorflow as tf
 
-from common import devices as dev
+from common.facts import devices as dev
 
 
 def tf_device(device: str) -> str:
@@ -76,7 +76,7 @@ class Devices:
         return max(tf.config.experimental.get_memory_info(g.name)["peak"] for g in gpus) / 2**20
 
     # --- several machines: MultiWorkerMirroredStrategy, workers started with TF_CONFIG
-    # (common.nodes); it must exist before any other TensorFlow op of the process ---
+    # (common.launch.nodes); it must exist before any other TensorFlow op of the process ---
     def join(self, rank, timeout=None):
         kinds = tf.distribute.experimental.CommunicationImplementation
         options = tf.distribute.experimental.CommunicationOptions(

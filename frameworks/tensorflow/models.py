@@ -4,7 +4,7 @@ NumPy, see to_framework), and images are transposed inside the model."""
 import numpy as np
 import tensorflow as tf
 
-from common.contract import ModelOps
+from common.core.contract import ModelOps
 from common.models import resnet18 as R
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import tensorflow as tf
 
 from common import models
-from common.contract import Trainer
-from common.data import shard_bounds
+from common.core.contract import Trainer
+from common.facts.data import shard_bounds
 
 from .devices import tf_device
 from .models import loss_sum
@@ -19,7 +19,7 @@ def mirrored_values(strategy, variables, replicas):
 
 class MirroredTrainer(Trainer):
     """MirroredStrategy over this process's devices, or, given `strategy`, a
-    MultiWorkerMirroredStrategy over several workers (common.nodes): the same code, the
+    MultiWorkerMirroredStrategy over several workers (common.launch.nodes): the same code, the
     batch sharded over every replica of every worker."""
 
     def __init__(self, ops, params, state, devices, lr, execution="graph", strategy=None):
@@ -98,10 +98,9 @@ class MirroredTrainer(Trainer):
 
 
 class Native:
-    def native_trainer(self, model, params, devices, lr, rank=0, world=1, sync_bn=False,
-                       execution=None):
-        execution = execution or "graph"
-        self.check_execution(execution, ("eager", "graph", "compiled"))
+    def native_trainer(self, model, params, devices, lr, execution, rank=0, world=1,
+                       sync_bn=False):
+        self.check_execution(execution)
         ops = self.model_ops(model)
         if sync_bn:     # a model without BatchNorm has nothing to synchronise
             ops = self.sync_bn_models.get(model, ops)

@@ -1,7 +1,7 @@
-"""TensorFlow's calls for the device experiments (common.experiments)."""
+"""TensorFlow's calls for the device experiments (common.experiments.device_experiments)."""
 import tensorflow as tf
 
-from common import ops
+from common.experiments import ops
 
 from .devices import tf_device
 

@@ -1,4 +1,4 @@
-"""Model mode in TensorFlow: the stage calls that common/pipeline.py's GPipe loop is
+"""Model mode in TensorFlow: the stage calls that common/core/pipeline.py's GPipe loop is
 written on. Each stage runs under tf.device on its (logical) device inside a
 GradientTape that watches its input; tape.gradient(out, [input] + params,
 output_gradients=grad) gives the input's gradient to hand back and the parameters'

@@ -1,9 +1,9 @@
-"""The device-scopes model (common.scopes) in TensorFlow: tf.device scopes, a
+"""The device-scopes model (common.experiments.scopes) in TensorFlow: tf.device scopes, a
 GradientTape, the LSTM cell in TensorFlow ops over tf.scan (see `sharing`)."""
 import numpy as np
 import tensorflow as tf
 
-from common import scopes
+from common.experiments import scopes
 
 from .devices import tf_device
 

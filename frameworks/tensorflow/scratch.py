@@ -1,12 +1,12 @@
 """The chapter's data parallelism by hand, in TensorFlow (d2l has none): a replica
 of variables per device with a gradient buffer for each, a GradientTape per shard,
-an allreduce of the buffers by hand, SGD on every replica. common/scratch.py's
+an allreduce of the buffers by hand, SGD on every replica. common/core/scratch.py's
 train_batch strings them together; here it runs eagerly, or traced into one
 tf.function (graph), with each shard's forward and backward compiled by XLA (compiled)."""
 import tensorflow as tf
 
-from common.contract import Replica
-from common.data import shard_bounds
+from common.core.contract import Replica
+from common.facts.data import shard_bounds
 
 from .devices import tf_device
 from .models import loss_sum
@@ -42,7 +42,7 @@ class Scratch:
                 a.assign(total)            # in place: every device's buffer gets the sum
 
     def split_batch(self, X, y, devices):
-        # slices by common.data.shard_bounds: a batch the device count does not divide
+        # slices by common.facts.data.shard_bounds: a batch the device count does not divide
         # is cut as every other framework cuts it (tf.split needs equal parts)
         out_X, out_y = [], []
         for (lo, hi), d in zip(shard_bounds(int(X.shape[0]), len(devices)), devices):
@@ -83,7 +83,7 @@ class Scratch:
             return tf.add_n(values)
 
     def bind_train_batch(self, train_batch, replicas, devices, lr, execution):
-        self.check_execution(execution, ("eager", "graph", "compiled"))
+        self.check_execution(execution)
         step = lambda X, y: train_batch(self, X, y, replicas, devices, lr)   # noqa: E731
         if execution == "eager":
             return step

@@ -1,10 +1,23 @@
 """One table of facts per framework, and which are installed -- found without
-importing any. Every other list of framework names in the suite derives from it."""
+importing any. Every other list of framework names, of the executions a framework
+has and of what it cannot do derives from it."""
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+# How a run's steps execute; each framework says how it does each one it has.
+EXECUTIONS = {
+    "eager": "op by op, as Python calls them",
+    "graph": "traced once into a dataflow graph that the runtime optimises, no compiler "
+             "(TensorFlow's tf.function)",
+    "compiled": "the framework's compiler or graph optimiser (torch.compile, XLA, MXNet "
+                "hybridize, Paddle to_static)",
+}
+
+_SINGLE_PROCESS = "{}'s single-process multi-device data parallelism is its native mode"
 
 
 @dataclass(frozen=True)
@@ -17,12 +30,15 @@ class Framework:
     extra: str                    # pip extra of this project
     native: str                   # how its native data parallelism runs
     native_processes: bool        # native mode runs one process per device
-    # how the framework runs each execution it has (common.modes.EXECUTIONS), and which
-    # one a mode runs when none is asked for ("*": every mode not named)
+    # how the framework runs each execution it has (EXECUTIONS), and which one a mode
+    # runs when none is asked for ("*": every mode not named)
     executions: dict[str, str]
     default_execution: dict[str, str]
-    # how its engine starts on each of several machines (a key of common.nodes.LAUNCHERS)
+    # how its engine starts on each of several machines (a key of common.launch.nodes.LAUNCHERS)
     cluster: str = ""
+    # what it cannot do, with the reason: a mode, an execution (every one of EXECUTIONS
+    # is either in `executions` or here) or a feature such as "sync-bn"
+    lacks: dict[str, str] = field(default_factory=dict)
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -32,7 +48,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"eager": "PyTorch eager: autograd op by op",
                "compiled": "torch.compile (TorchDynamo + inductor: C++/OpenMP kernels on CPU, "
                            "Triton on GPUs)"},
-              {"*": "eager"}, "torchrun"),
+              {"*": "eager"}, "torchrun",
+              {"graph": "PyTorch's graph capture is its compiler (--execution compiled: "
+                        "torch.compile); TorchScript, the older graph mode, is deprecated"}),
     Framework("tensorflow", "frameworks.tensorflow", ("tensorflow",), ("tensorflow",), "tensorflow",
               "tf.distribute.MirroredStrategy, custom loop with strategy.run and "
               "strategy.reduce in a tf.function", False,
@@ -40,21 +58,27 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "graph": "tf.function: traced once into a TensorFlow graph (grappler, no XLA)",
                "compiled": "XLA: each device's forward and backward in a "
                            "tf.function(jit_compile=True), the rest in a tf.function"},
-              {"*": "graph", "model": "eager"}, "tf-config"),
+              {"*": "graph", "model": "eager"}, "tf-config",
+              {"dataparallel": "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS.format("tensorflow")}),
     Framework("mxnet", "frameworks.mxnet", ("mxnet",), ("mxnet",), "mxnet",
               "gluon.Trainer over a context list, gradients reduced by a KVStore", False,
               {"eager": "MXNet imperative NDArray ops under autograd.record (queued "
                         "asynchronously to its engine)",
                "compiled": "HybridBlock.hybridize(static_alloc, static_shape): a cached "
                            "symbolic graph"},
-              {"*": "eager", "native": "compiled"}, "dmlc"),
+              {"*": "eager", "native": "compiled"}, "dmlc",
+              {"dataparallel": "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS.format("mxnet"),
+               "graph": "MXNet's graph mode is hybridize(), run as --execution compiled"}),
     Framework("paddle", "frameworks.paddle", ("paddle",), ("paddlepaddle", "paddlepaddle-gpu"),
               "paddle", "paddle.DataParallel, one process per device "
               "(gloo on CPU, nccl on GPU)", True,
               {"eager": "Paddle dynamic graph (dygraph): ops run as Python calls them",
                "compiled": "paddle.jit.to_static: the forward as a static program, run by "
                            "Paddle's executor"},
-              {"*": "eager"}, "paddle-launch"),
+              {"*": "eager"}, "paddle-launch",
+              {"dataparallel": "Paddle has no single-process multi-device data parallelism: "
+                               "paddle.DataParallel (its native mode) runs a process per device",
+               "graph": "Paddle's graph mode is paddle.jit.to_static, run as --execution compiled"}),
     # Keras 3 runs here on its TensorFlow backend
     Framework("keras", "frameworks.keras", ("keras", "tensorflow"), ("keras", "tensorflow"), "keras",
               "model.fit under tf.distribute.MirroredStrategy "
@@ -62,7 +86,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"eager": "Model.compile(run_eagerly=True): train_step op by op",
                "graph": "Model.compile(jit_compile=False): train_step in a tf.function",
                "compiled": "Model.compile(jit_compile=True): train_step compiled by XLA"},
-              {"*": "graph", "model": "eager"}, "tf-config"),
+              {"*": "graph", "model": "eager"}, "tf-config",
+              {"scratch": "Keras has no from-scratch training loop of its own: its "
+                          "data parallelism is model.fit under a distribution strategy",
+               "dataparallel": "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS.format("keras")}),
 )}
 NAMES = tuple(FRAMEWORKS)
 
@@ -99,18 +126,23 @@ def install_hint(name: str) -> str:
     return f"pip install -e '.[{facts(name).extra}]'"
 
 
+def not_installed(name: str) -> str:
+    """Why a framework cannot run here, and the command that fixes it: the one message
+    of every not-installed record and error."""
+    f = facts(name)
+    return (f"framework {name!r} is not installed (needs {', '.join(map(repr, f.imports))}); "
+            f"install it with: {install_hint(name)}")
+
+
 def get(name: str):
     """Import one framework package on demand and return its backend instance."""
-    f = facts(name)
     if not is_installed(name):
-        raise NotInstalled(
-            f"framework {name!r} is not installed (needs {', '.join(map(repr, f.imports))}); "
-            f"install it with: {install_hint(name)}")
-    return importlib.import_module(f.package).BACKEND
+        raise NotInstalled(not_installed(name))
+    return importlib.import_module(facts(name).package).BACKEND
 
 
 def plugin(name: str, module: str, base: type):
-    """`frameworks.<name>.<module>.<base name>` (e.g. ops.py's `class Ops(common.ops.Ops)`)
+    """`frameworks.<name>.<module>.<base name>` (e.g. ops.py's `class Ops(common.experiments.ops.Ops)`)
     bound to the framework's backend, imported on demand: the package that defines the
     backend holds the module beside it. A class that misses an abstract method fails
     here, loudly (TypeError naming the methods), not at the fifth call."""
@@ -124,20 +156,19 @@ def plugin(name: str, module: str, base: type):
     return cls(backend)
 
 
-# What a framework cannot do, with the reason, keyed by (framework, capability): a mode
-# name, or a feature such as "sync-bn". Checked both ways by the tests: each listed gap
-# must still raise NotApplicable, and no unlisted one may.
+# What a framework cannot do, with the reason, keyed by (framework, capability): the
+# facts' `lacks`, in one dict. Checked both ways by the tests: each listed gap must
+# still raise NotApplicable, and no unlisted one may.
 KNOWN_GAPS: dict[tuple[str, str], str] = {
-    ("keras", "scratch"): "Keras has no from-scratch training loop of its own: its "
-                          "data parallelism is model.fit under a distribution strategy",
-    **{(name, "dataparallel"): f"nn.DataParallel is PyTorch's; {name}'s single-process "
-                               "multi-device data parallelism is its native mode"
-       for name in ("tensorflow", "mxnet", "keras")},
-    ("paddle", "dataparallel"): "Paddle has no single-process multi-device data parallelism: "
-                                "paddle.DataParallel (its native mode) runs a process per device",
-    # executions (common.modes.EXECUTIONS) a framework does not have
-    ("pytorch", "graph"): "PyTorch's graph capture is its compiler (--execution compiled: "
-                          "torch.compile); TorchScript, the older graph mode, is deprecated",
-    ("mxnet", "graph"): "MXNet's graph mode is hybridize(), run as --execution compiled",
-    ("paddle", "graph"): "Paddle's graph mode is paddle.jit.to_static, run as --execution compiled",
-}
+    (f.name, capability): why for f in FRAMEWORKS.values() for capability, why in f.lacks.items()}
+
+
+def default_execution(framework: str, mode: str) -> str:
+    """The execution a framework's mode runs when none is asked for."""
+    defaults = facts(framework).default_execution
+    return defaults.get(mode, defaults["*"])
+
+
+def gap(framework: str, capability: str) -> str | None:
+    """Why a framework cannot do a capability (a mode, an execution, "sync-bn"), or None."""
+    return KNOWN_GAPS.get((framework, capability))

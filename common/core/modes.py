@@ -1,31 +1,19 @@
-"""Modes of data parallelism as registered objects. A mode says how it builds a
-trainer and how many processes it runs; training.run, compare and the report ask
-it instead of branching on its name. A new mode is one class here (and, where it
-needs framework calls, a method in each framework package)."""
+"""The modes (how a model is spread over devices: data parallel by hand or by the
+framework, model parallel) as registered objects. A mode says how it builds a
+trainer, how many processes it runs, which options it takes and what the report
+shows of it; the launchers, compare and the report ask it instead of branching on
+its name. A new mode is one class here (and, where it needs framework calls, a
+method in each framework package, or a `lacks` entry in the facts table)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from . import models, registry
-from .contract import Backend, NotApplicable, Trainer
-
-# How a run's steps execute; each framework says how it does each one
-# (registry.Framework.executions) and which its modes run by default.
-EXECUTIONS = {
-    "eager": "op by op, as Python calls them",
-    "graph": "traced once into a dataflow graph that the runtime optimises, no compiler "
-             "(TensorFlow's tf.function)",
-    "compiled": "the framework's compiler or graph optimiser (torch.compile, XLA, MXNet "
-                "hybridize, Paddle to_static)",
-}
-
-
-def execution(framework: str, mode: str, asked: str | None) -> str:
-    """The execution a run uses: the one asked for, else the mode's default."""
-    defaults = registry.facts(framework).default_execution
-    return asked or defaults.get(mode, defaults["*"])
-
+from common import models
+from common.facts import machine, registry
+from common.core.contract import Backend, NotApplicable, Trainer
+from common.core.pipeline import PipelineTrainer, stages
+from common.core.scratch import ScratchTrainer
 
 @dataclass(frozen=True)
 class Mode(ABC):
@@ -42,9 +30,9 @@ class Mode(ABC):
 
     def gap(self, framework: str, sync_bn: bool = False, execution: str | None = None) -> str | None:
         """Why this framework cannot run this mode (KNOWN_GAPS), or None."""
-        return (registry.KNOWN_GAPS.get((framework, self.name))
-                or (registry.KNOWN_GAPS.get((framework, "sync-bn")) if sync_bn else None)
-                or (registry.KNOWN_GAPS.get((framework, execution)) if execution else None))
+        return (registry.gap(framework, self.name)
+                or (registry.gap(framework, "sync-bn") if sync_bn else None)
+                or (registry.gap(framework, execution) if execution else None))
 
     def across_nodes(self) -> str | None:
         """Why this mode does not run across several machines, or None where it does."""
@@ -70,9 +58,8 @@ class Scratch(Mode):
             raise NotApplicable("the chapter's scratch mode normalises each shard with its own "
                                 "statistics; synchronised BatchNorm is a native-mode option")
         model = models.get(cfg.model)
-        from .scratch import ScratchTrainer
         return ScratchTrainer(backend, cfg.model, model.init_params(cfg.seed), model.init_state(),
-                              devices, cfg.lr, execution(backend.name, self.name, cfg.execution))
+                              devices, cfg.lr, cfg.execution)
 
 
 class Native(Mode):
@@ -89,21 +76,19 @@ class Native(Mode):
     def trainer(self, backend, cfg, devices, rank=0, world=1):
         # on one device BatchNorm has nothing to synchronise with: the plain layer
         return backend.native_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed),
-                                      devices, cfg.lr, rank, world,
-                                      sync_bn=cfg.sync_bn and cfg.devices > 1,
-                                      execution=execution(backend.name, self.name, cfg.execution))
+                                      devices, cfg.lr, cfg.execution, rank, world,
+                                      sync_bn=cfg.sync_bn and cfg.devices > 1)
 
 
 class DataParallel(Mode):
     def trainer(self, backend, cfg, devices, rank=0, world=1):
         return backend.dataparallel_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed),
-                                            devices, cfg.lr,
-                                            execution(backend.name, self.name, cfg.execution))
+                                            devices, cfg.lr, cfg.execution)
 
 
 class Model(Mode):
     """Model parallelism: the layers cut into stages across the devices, GPipe's
-    micro-batches (common/pipeline.py)."""
+    micro-batches (common/core/pipeline.py)."""
     every_rank_predicts = True
 
     def processes(self, framework, devices):
@@ -112,8 +97,7 @@ class Model(Mode):
         # process per device for that reason (the conformance checks that this agrees with
         # the backend's distinct_cpu_devices); else every stage in one process. Asked of
         # the registry and the driver: nothing is imported before the run pins its cores.
-        from .results import _gpu_model
-        if devices < 2 or not registry.facts(framework).native_processes or _gpu_model():
+        if devices < 2 or not registry.facts(framework).native_processes or machine.gpu_count():
             return 1
         return devices
 
@@ -129,17 +113,14 @@ class Model(Mode):
         if cfg.sync_bn:
             raise NotApplicable("model mode puts each layer on one device: there is no replica "
                                 "to synchronise BatchNorm with")
-        ran = execution(backend.name, self.name, cfg.execution)
-        if ran != "eager":
+        if cfg.execution != "eager":
             raise NotApplicable(f"model mode runs its stages eagerly (each hands over to the next "
-                                f"between Python calls); no {ran!r} execution of it here")
-        from .pipeline import stages
+                                f"between Python calls); no {cfg.execution!r} execution of it here")
         stages(cfg.model, cfg.devices)        # NotApplicable: more stages than units
         if not 1 <= cfg.micro_batches <= cfg.batch_size:
             raise NotApplicable(f"{cfg.micro_batches} micro-batches of a batch of {cfg.batch_size}")
 
     def trainer(self, backend, cfg, devices, rank=0, world=1):
-        from .pipeline import PipelineTrainer
         model = models.get(cfg.model)
         return PipelineTrainer(backend, cfg.model, model.init_params(cfg.seed), model.init_state(),
                                devices, cfg.lr, cfg.micro_batches, rank, world)

@@ -13,7 +13,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .results import ok_repeats
+from common.core import modes
+from common.facts import registry
+from common.facts.registry import NAMES
+from common.results.record import ok_repeats
 
 
 def machine_lines(records: list[dict]) -> list[str]:
@@ -153,8 +156,7 @@ PIPELINE_COLUMNS = ("framework", "model", "stages", "M", "processes", "step s", 
 def pipeline_base(r: dict) -> tuple:
     """A model-mode row is timed against the same framework's native 1-device run (in
     native mode's default execution)."""
-    from . import modes, registry
-    execution = (modes.execution(r["framework"], "native", None)
+    execution = (registry.default_execution(r["framework"], "native")
                  if r["framework"] in registry.FRAMEWORKS else None)
     return r["framework"], r.get("model", "lenet"), "native", execution, bool(r.get("sync_bn"))
 
@@ -368,7 +370,6 @@ def definitions(rows: list[dict], records: list[dict]) -> list[str]:
 def colour(framework: str):
     """A framework's colour in every figure (fixed by its place in the registry)."""
     import matplotlib
-    from .registry import NAMES
     i = NAMES.index(framework) if framework in NAMES else len(NAMES)
     return matplotlib.colormaps["tab10"](i % 10)
 
@@ -391,7 +392,6 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
-    from .registry import NAMES
 
     order = {n: i for i, n in enumerate(NAMES)}
     ok = sorted([r for r in records if r["status"] == "ok"],

@@ -13,7 +13,7 @@ A node runs the processes `node_processes` lists; `supervise` starts them, passe
 lead's progress lines on, and ends the run as failed, killing every local process,
 when a process fails, when the node has not joined within the join timeout (a node
 that never starts), or when its lead falls silent for that long after joining (a
-node that died). Every rank process is common/rank.py."""
+node that died). Every rank process is common/launch/rank.py."""
 from __future__ import annotations
 
 import json
@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import registry
-from .launcher import LaunchError, log_tail, thread_env
+from common.facts import registry
+from common.launch import progress
+from common.launch.launcher import LaunchError, log_tail, thread_env
 
-ROOT = Path(__file__).resolve().parent.parent
-RANK_SCRIPT = ROOT / "common" / "rank.py"
+ROOT = Path(__file__).resolve().parents[2]
+RANK_SCRIPT = ROOT / "common" / "launch" / "rank.py"
 # How each framework's engine starts on a node (registry.Framework.cluster names one)
 LAUNCHERS = {
     "torchrun": "torchrun (torch.distributed.run, c10d rendezvous; gloo on CPU, nccl on GPUs)",
@@ -138,7 +139,7 @@ def servers(framework: str, nodes: int) -> int | None:
 
 def _stop(procs: list[subprocess.Popen]) -> None:
     """SIGTERM first (torchrun and Paddle's launcher stop their workers on it), then
-    SIGKILL; rank processes also die with their parent (common/rank.py)."""
+    SIGKILL; rank processes also die with their parent (common/launch/rank.py)."""
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
@@ -182,7 +183,7 @@ def supervise(procs: list[Proc], env: dict, log_dir: Path, join_timeout: float,
             try:
                 i, line = lines.get(timeout=0.2)
                 if i in leads:
-                    if line.startswith("@joined") or heard[i] is not None:
+                    if line.startswith(progress.JOINED) or heard[i] is not None:
                         heard[i] = time.monotonic()
                     if procs[i].node == first_node and line.startswith("@"):
                         on_line(line)

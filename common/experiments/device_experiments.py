@@ -1,5 +1,5 @@
 """The chapters' device experiments, each written once on the primitives of
-common.ops, and registered by name (`EXPERIMENTS`).
+common.experiments.ops, and registered by name (`EXPERIMENTS`).
 
 An experiment takes a `Context` (one framework's Ops, the device kinds to run on,
 repeats, sizes) and returns rows (one per measured thing), checks (the proofs:
@@ -22,8 +22,10 @@ from typing import Callable
 
 import numpy as np
 
-from .contract import NotApplicable
-from .ops import Ops
+from common.core.contract import NotApplicable
+from common.experiments import ops as ops_mod
+from common.experiments.ops import Ops
+from common.models.lenet import init_params
 
 MIN_REPEAT = 3          # a time budget never cuts a measurement below this many repeats
 KB, MB = 2**10, 2**20
@@ -458,7 +460,6 @@ def overlap(ctx: Context) -> None:
      ("variant", "way", "s"), ("median_s", "ms", "ms"), ("spread", "min-max ms", "s"),
      ("ms_per_mb", "ms/MB", ".2f"), ("mbps", "MB/s", ".0f")))
 def roundtrip(ctx: Context) -> None:
-    from .models.lenet import init_params
     big = ctx.randn((4, (MB if ctx.quick else 16 * MB) // 16), 60)
     big[0, :4] = [-0.0, np.inf, np.nan, np.float32(1e-42)]
     sets = {"LeNet": init_params(ctx.seed),
@@ -510,7 +511,6 @@ def _bandwidth(m: dict, nbytes: int, world: int) -> dict:
 def _rank_allreduce(rank: int, world: int, framework: str, kind: str, sizes: list, repeat: int,
                     threads: int, out_prefix: str) -> None:
     """One rank of a multi-process native all-reduce; writes its rows and checks."""
-    from . import ops as ops_mod
     ops = ops_mod.load(framework)
     ops.setup(cpu_devices=1, threads=threads)
     device = ops.rank_device(rank, world) if kind == "gpu" else "cpu:0"

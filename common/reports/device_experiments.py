@@ -11,14 +11,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .experiments import EXPERIMENTS, MB
-from .report import colour, load_lines, machine_lines, save_figure
+from common.experiments.device_experiments import EXPERIMENTS, MB
+from common.facts.registry import NAMES
+from common.reports.runs import colour, load_lines, machine_lines, save_figure
 
 RECORD_GLOB = "*.devices.json"
 
 
 def load_records(directory) -> list[dict]:
-    from .registry import NAMES
     records = [json.loads(p.read_text()) for p in Path(directory).glob(RECORD_GLOB)]
     fw = {n: i for i, n in enumerate(NAMES)}
     ex = {n: i for i, n in enumerate(EXPERIMENTS)}

@@ -2,7 +2,7 @@
 (stage i on device i, common.models.stage_cuts), and a GPipe step on the backend's
 stage primitives (stage_forward, stage_backward, to_device or send/recv, sgd).
 
-A step cuts the batch into M micro-batches (common.data.shard_bounds). Every
+A step cuts the batch into M micro-batches (common.facts.data.shard_bounds). Every
 micro-batch goes forward through stages 0..k-1, each stage's output handed over to
 the next stage's device (detached: the next stage's input records its own
 gradient); then backward in reverse, the gradient of each stage's input handed back.
@@ -14,7 +14,7 @@ step on the full batch, for any M. BatchNorm normalises each micro-batch by itse
 Stages live in one process where the framework has distinct devices there (GPUs,
 MXNet's CPU contexts, TensorFlow's logical CPU devices; PyTorch and Paddle stages
 may also share cpu:0), handed over with to_device; else one process per stage
-(PyTorch and Paddle on a CPU, started by common.launcher) and send/recv. The loop
+(PyTorch and Paddle on a CPU, started by common.launch.launcher) and send/recv. The loop
 below is the same for both: a Link hands activations and gradients over.
 
 Each stage's busy time (its forwards, backwards and SGD; the device synchronised
@@ -30,9 +30,9 @@ from typing import Sequence
 
 import numpy as np
 
-from . import models
-from .contract import Backend, NotApplicable, Trainer
-from .data import shard_bounds
+from common import models
+from common.core.contract import Backend, NotApplicable, Trainer
+from common.facts.data import shard_bounds
 
 FLOAT_BYTES = 4
 

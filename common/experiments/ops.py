@@ -1,7 +1,7 @@
-"""The primitives the device experiments (common.experiments) are written on.
+"""The primitives the device experiments (common.experiments.device_experiments) are written on.
 
 Every framework package has one file, `frameworks/<name>/ops.py`, defining
-`class Ops(common.ops.Ops)` with only that framework's calls. `load(name)` imports
+`class Ops(common.experiments.ops.Ops)` with only that framework's calls. `load(name)` imports
 it on demand and instantiates it; an Ops class that misses a method fails there,
 loudly (TypeError naming the methods), not at the fifth call. A primitive that a
 framework does not have raises `NotApplicable` with the reason, which the
@@ -9,7 +9,7 @@ experiment records as data.
 
 The device API that already exists (`array`, `tensor`, `to_numpy`, `synchronize`,
 `allreduce` -- the chapter's by-hand one -- `spawn`) is the framework's Backend
-(common.contract), reached here as `self.backend`.
+(common.core.contract), reached here as `self.backend`.
 """
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import registry
-from .contract import Backend, NotApplicable
+from common.facts import registry
+from common.core.contract import Backend, NotApplicable
+from common.launch import launcher
 
 __all__ = ["Ops", "NotApplicable", "load"]
 
@@ -110,11 +111,10 @@ class Ops(ABC):
     def spawn(self, fn: Callable, nprocs: int, args: tuple, threads: int = 1) -> None:
         """Run fn(rank, world, *args) in nprocs processes joined into one group.
 
-        The one place that starts ranks: common.launcher hands each rank its rank,
+        The one place that starts ranks: common.launch.launcher hands each rank its rank,
         world size and master address in the environment, and Backend.join joins it."""
         if self.native_allreduce_processes <= 1:
             raise NotApplicable(f"{self.name}'s native all-reduce runs in one process")
-        from . import launcher
         launcher.launch(_launched_rank, nprocs, (self.name, threads, fn, args))
 
     def rank_device(self, rank: int, world: int) -> str:
@@ -123,8 +123,7 @@ class Ops(ABC):
 
 
 def _launched_rank(framework: str, threads: int, fn: Callable, args: tuple) -> None:
-    """A rank started by common.launcher: set up, join the group, run fn, leave."""
-    from . import launcher
+    """A rank started by common.launch.launcher: set up, join the group, run fn, leave."""
     rank = launcher.RankInfo.from_env()
     backend = registry.get(framework)
     backend.setup(cpu_devices=1, threads=threads)

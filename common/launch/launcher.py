@@ -1,11 +1,13 @@
-"""Starting the processes of a multi-process run: not a backend's job.
+"""Starting the rank processes of a multi-process run on this machine: not a
+backend's job.
 
 The launcher starts ranks and hands each one its rank, world size, local rank and
 master address through the environment (RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT: torchrun's names, which Horovod and
 Paddle's launcher also set or read); a backend only joins the process group
-(Backend.join) and picks its device from the local rank. Today ranks are local
-processes; a multi-node launcher hands out the same variables."""
+(Backend.join) and picks its device from the local rank. On several machines each
+framework's own launcher starts the ranks (common.launch.nodes) and hands out the
+same variables."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -37,7 +39,7 @@ class RankInfo:
     @classmethod
     def from_env(cls) -> RankInfo:
         """This process's place in the run, as its launcher set it: torchrun's names
-        (common.launcher, torchrun, our TF_CONFIG and MXNet nodes), else those of
+        (common.launch.launcher, torchrun, our TF_CONFIG and MXNet nodes), else those of
         paddle.distributed.launch."""
         e = os.environ
         if "RANK" not in e and "PADDLE_GLOBAL_RANK" in e:
@@ -50,7 +52,7 @@ class RankInfo:
                        int(e["MASTER_PORT"]))
         except KeyError as missing:
             raise LaunchError(f"{missing} is not set: this process was not started by a "
-                              "launcher (common.launcher, common.nodes, torchrun)") from None
+                              "launcher (common.launch.launcher, common.launch.nodes, torchrun)") from None
 
 
 def thread_env(threads: int) -> dict:

@@ -8,7 +8,7 @@ the trainers and `forward_backward` (used by the oracle tests).
 A framework package has the same files as every other: devices.py (the device
 API), models.py (each model of common/models in the framework's ops),
 scratch.py (the chapter's primitives: get_params, allreduce, split_batch, and the
-per-shard step that common/scratch.py's train_batch is written on), native.py
+per-shard step that common/core/scratch.py's train_batch is written on), native.py
 (the framework's own data parallelism).
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import models as models_mod
-from . import registry
+from common import models as models_mod
+from common.facts import registry
 
 EVAL_BATCH = 1000
 
@@ -204,9 +204,9 @@ class Backend(ABC):
         """Peak device memory where the framework reports it (GPUs); None on the CPU."""
         return None
 
-    # --- processes: started by common.launcher, joined here ---
+    # --- processes: started by common.launch.launcher, joined here ---
     def join(self, rank, timeout: float | None = None):
-        """Join the process group of a multi-process run (rank: common.launcher.RankInfo),
+        """Join the process group of a multi-process run (rank: common.launch.launcher.RankInfo),
         waiting at most `timeout` seconds for a peer where the engine lets us say so.
         Returns the RankInfo the engine gave this process where it numbers the ranks
         itself (MXNet's scheduler), else None."""
@@ -247,7 +247,7 @@ class Backend(ABC):
         return (self.to_numpy(logits), float(np.asarray(self.to_numpy(loss)).reshape(())),
                 ops.from_framework(grads), self.read_state(replica))
 
-    # --- scratch mode: the chapter's data parallelism by hand (common/scratch.py) ---
+    # --- scratch mode: the chapter's data parallelism by hand (common/core/scratch.py) ---
     @abstractmethod
     def get_params(self, params: Sequence[np.ndarray], device: str, model: str = "lenet",
                    state: Sequence[np.ndarray] | None = None) -> Replica:
@@ -272,7 +272,7 @@ class Backend(ABC):
 
     @abstractmethod
     def split_batch(self, X: Any, y: Any, devices: Sequence[str]) -> tuple[list, list]:
-        """One shard of X and y per device, on that device, cut as common.data.shard_bounds."""
+        """One shard of X and y per device, on that device, cut as common.facts.data.shard_bounds."""
 
     @abstractmethod
     def shard_loss_and_grads(self, replica: Replica, X: Any, y: Any) -> tuple[Any, Any]:
@@ -294,32 +294,29 @@ class Backend(ABC):
 
     def bind_train_batch(self, train_batch: Callable, replicas: list[Replica],
                          devices: Sequence[str], lr: float, execution: str) -> Callable:
-        """The chapter's train_batch (common/scratch.py passes it in) bound to one replica
+        """The chapter's train_batch (common/core/scratch.py passes it in) bound to one replica
         set: a function of (X, y) run the way `execution` says. By default it runs as
         Python calls it, and shard_loss_and_grads compiles its own part where the
         replicas' execution asks for it; a framework that traces whole steps (TensorFlow)
         wraps it here."""
-        self.check_execution(execution, ("eager", "compiled"))
+        self.check_execution(execution)
         return lambda X, y: train_batch(self, X, y, replicas, devices, lr)
 
-    def check_execution(self, execution: str, supported: Sequence[str]) -> None:
-        """Raise NotApplicable, with the listed reason, for an execution that this
-        framework's code does not have (`supported`: the ones the caller implements)."""
-        if execution in supported:
-            return
-        gap = registry.KNOWN_GAPS.get((self.name, execution))
-        if gap:
-            raise NotApplicable(gap)
-        raise NotApplicable(f"{self.name} has no {execution!r} execution here")
+    def check_execution(self, execution: str) -> None:
+        """Raise NotApplicable, with the reason the facts table gives, for an execution
+        that this framework does not have (its facts' `executions` are the ones it has)."""
+        if execution not in self.facts.executions:
+            raise NotApplicable(registry.gap(self.name, execution)
+                                or f"{self.name} has no {execution!r} execution here")
 
     # --- native mode: the framework's own data parallelism ---
     @abstractmethod
     def native_trainer(self, model: str, params: Sequence[np.ndarray], devices: Sequence[str],
-                       lr: float, rank: int = 0, world: int = 1, sync_bn: bool = False,
-                       execution: str | None = None) -> Trainer:
+                       lr: float, execution: str, rank: int = 0, world: int = 1,
+                       sync_bn: bool = False) -> Trainer:
         """In-process trainer over `devices`; in a multi-process run, rank `rank` of
         `world` on `devices[0]`, its process group already joined (see join). Its steps
-        run as `execution` says (common.modes.EXECUTIONS; None: the native default)."""
+        run as `execution` says (one of the framework's facts' executions)."""
 
     # Why the framework's synchronised BatchNorm needs GPUs, where it does
     sync_bn_needs_gpu: str | None = None
@@ -327,18 +324,19 @@ class Backend(ABC):
     def check_sync_bn(self, devices: Sequence[str]) -> None:
         """Raise NotApplicable (or NeedsGPU) where synchronised BatchNorm cannot run on
         `devices`; called before any process starts."""
-        gap = registry.KNOWN_GAPS.get((self.name, "sync-bn"))
+        gap = registry.gap(self.name, "sync-bn")
         if gap:
             raise NotApplicable(gap)
         if self.sync_bn_needs_gpu and not all(d.startswith("gpu") for d in devices):
             raise NeedsGPU(self.sync_bn_needs_gpu)
 
     def dataparallel_trainer(self, model: str, params: Sequence[np.ndarray],
-                             devices: Sequence[str], lr: float, execution: str = "eager") -> Trainer:
-        """The dataparallel mode (torch.nn.DataParallel): PyTorch's alone (KNOWN_GAPS)."""
-        raise NotApplicable(registry.KNOWN_GAPS[(self.name, "dataparallel")])
+                             devices: Sequence[str], lr: float, execution: str) -> Trainer:
+        """The dataparallel mode (torch.nn.DataParallel): PyTorch's alone (the others'
+        facts say why they lack it)."""
+        raise NotApplicable(registry.gap(self.name, "dataparallel"))
 
-    # --- model mode: the layers cut into stages across devices (common/pipeline.py) ---
+    # --- model mode: the layers cut into stages across devices (common/core/pipeline.py) ---
     def stage_replica(self, params: Sequence[np.ndarray], state: Sequence[np.ndarray],
                       device: str, model: str, stage) -> Replica:
         """One pipeline stage's parameters and state (stage.params, stage.state of the

@@ -1,0 +1,110 @@
+"""The one epoch loop: warm-up, timing, evaluation and divergence, for every
+framework, model and mode. Frameworks only supply a Trainer; modes say how it is
+built; common.launch runs it in this process or in the ranks it starts."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from common import models
+from common.core.contract import Backend, Trainer
+from common.core.plan import RunConfig
+from common.facts import data as data_mod
+
+# the first steps' losses a record keeps (the cross-framework agreement checks read them)
+STEP_LOSSES_KEPT = 50
+
+
+# A loss that grows past this many times the first step's counts as diverged.
+DIVERGENCE_FACTOR = 100.0
+
+
+def divergence(losses: np.ndarray, first: float) -> int | None:
+    """Index of the first loss that is not finite or exceeds DIVERGENCE_FACTOR x the
+    run's first loss, or None."""
+    bad = ~np.isfinite(losses) | (np.abs(losses) > DIVERGENCE_FACTOR * abs(first))
+    return int(np.argmax(bad)) if bad.any() else None
+
+
+def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Dataset,
+          on_step: Callable[[], None] = lambda: None, evaluate: bool = True,
+          on_estimate: Callable[[float], None] = lambda s: None,
+          on_evaluated: Callable[[], None] = lambda: None) -> dict:
+    """Warm up, reset to the initial weights, then train and time cfg.epochs epochs.
+    The device is synchronised before every clock read."""
+    model = models.get(cfg.model)
+    params0, state0 = model.init_params(cfg.seed), model.init_state()
+    orders = [data_mod.batch_order(len(ds.X_train), cfg.batch_size, e, cfg.seed)
+              [: cfg.steps_per_epoch] for e in range(cfg.epochs)]
+    X_test, y_test = ds.X_test[: cfg.eval_samples], ds.y_test[: cfg.eval_samples]
+    out = {"sec_per_epoch": [], "train_loss": [], "step_losses": [], "test_accuracy_per_epoch": [],
+           "eval_sec": []}
+
+    # Warm-up (graph tracing, allocator growth) on the first batches, timed apart;
+    # then every replica goes back to the initial weights so the run is unchanged.
+    # Its last step, timed alone, gives the estimate a user sees before a long run.
+    warmup = orders[0][: cfg.warmup_steps]
+    step_secs = []
+    backend.synchronize()
+    t0 = time.perf_counter()
+    for i in range(len(warmup)):
+        t_step = time.perf_counter()
+        trainer.losses(trainer.train_epoch(ds.X_train, ds.y_train, warmup[i:i + 1], lambda: None))
+        backend.synchronize()
+        step_secs.append(time.perf_counter() - t_step)
+    out["warmup_sec"] = time.perf_counter() - t0
+    if len(warmup):
+        out["estimated_sec_per_epoch"] = step_secs[-1] * len(orders[0])
+        on_estimate(out["estimated_sec_per_epoch"])
+    # What tracing and compiling cost, paid once: the first step over a later one's
+    # time (a compiled execution compiles in its first step; an eager one's first
+    # step only warms allocators and caches)
+    out["compile_sec"] = max(0.0, step_secs[0] - step_secs[-1]) if len(step_secs) > 1 else None
+    trainer.load_params(params0, state0)
+
+    done = 0
+    for order in orders:
+        backend.synchronize()
+        t0 = time.perf_counter()
+        handles = trainer.train_epoch(ds.X_train, ds.y_train, order, on_step)
+        backend.synchronize()
+        out["sec_per_epoch"].append(time.perf_counter() - t0)
+        losses = trainer.losses(handles)
+        # Divergence ends the run at the end of the epoch it shows in (the losses are
+        # read once per epoch, so that steps never wait for the host).
+        bad = divergence(losses, losses[0] if done == 0 else out["first_loss"])
+        out.setdefault("first_loss", float(losses[0]) if len(losses) else None)
+        if bad is not None:
+            finite = [float(v) for v in losses[:bad] if np.isfinite(v)]
+            out["diverged_step"] = done + bad
+            out["last_finite_loss"] = finite[-1] if finite else None
+            out["step_losses"] += [float(v) for v in losses[: max(0, STEP_LOSSES_KEPT - len(out["step_losses"]))]]
+            break
+        done += len(order)
+        out["train_loss"].append(float(np.mean(losses)))
+        if len(out["step_losses"]) < STEP_LOSSES_KEPT:
+            out["step_losses"] += [float(v) for v in losses[: STEP_LOSSES_KEPT - len(out["step_losses"])]]
+        if evaluate:
+            t0 = time.perf_counter()
+            pred = trainer.predict(X_test)
+            out["eval_sec"].append(time.perf_counter() - t0)
+            on_evaluated()
+            out["test_accuracy_per_epoch"].append(float((pred == y_test).mean()))
+            if (cfg.target_accuracy is not None and out.get("epochs_to_target") is None
+                    and out["test_accuracy_per_epoch"][-1] >= cfg.target_accuracy):
+                # training time to the end of the first epoch that reached it (evaluation
+                # excluded); the run goes on to its epochs (every rank runs them all)
+                out["epochs_to_target"] = len(out["sec_per_epoch"])
+                out["sec_to_target"] = sum(out["sec_per_epoch"])
+    out.pop("first_loss", None)
+    if evaluate:
+        out["test_accuracy"] = (out["test_accuracy_per_epoch"][-1]
+                                if out["test_accuracy_per_epoch"] else None)
+    steps = sum(len(o) for o in orders[: len(out["sec_per_epoch"])])
+    total = sum(out["sec_per_epoch"])
+    out["samples_per_sec"] = steps * cfg.batch_size / total if total else None
+    out["steps_per_epoch"] = [len(o) for o in orders]
+    out.update(trainer.figures())
+    return out

@@ -1,0 +1,65 @@
+"""A run's plan: every choice of one (framework, model, mode, execution, devices,
+nodes, ...) run, resolved once when it is made; the epoch loop, the modes, the
+launchers and the record read it and decide nothing again."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from common.facts import registry
+
+
+@dataclass
+class RunConfig:
+    framework: str
+    mode: str                      # a name in common.core.modes.MODES
+    devices: int
+    # a name in registry.EXECUTIONS; None is resolved at once to what this framework's
+    # mode runs by default (the facts table), so every later reader sees the one choice
+    execution: str | None = None
+    model: str = "lenet"           # a name in common.models.NAMES
+    dataset: str = "fashion-mnist"
+    data_dir: str | None = None
+    epochs: int = 1
+    batch_size: int = 256          # the global batch, over all devices
+    lr: float = 0.2
+    # weak scaling: batch_size = batch_per_device x devices (lr grown alike by compare);
+    # None: a fixed global batch whatever the device count
+    batch_per_device: int | None = None
+    sync_bn: bool = False          # synchronised BatchNorm across replicas (native mode)
+    seed: int = 0
+    threads: int = 2
+    # honest CPU scaling: each device (a process, or a process's share) pinned to its own
+    # this many cores, with as many threads; None: every run shares all the cores
+    cores_per_device: int | None = None
+    steps_per_epoch: int | None = None
+    # record the training time and epochs until test accuracy first reaches this
+    target_accuracy: float | None = None
+    eval_samples: int | None = None    # cap on the test images evaluated (None: all)
+    warmup_steps: int = 2
+    micro_batches: int = 1         # model mode: the batch flows through the stages in M parts
+    # several machines (common.launch.nodes): `devices` is then per node. launcher "cluster":
+    # this machine is node `node_rank` and `master` (HOST:PORT) is node 0's address;
+    # "local": every node is simulated here. node_hosts: every node's address, in node
+    # order (TensorFlow's TF_CONFIG lists every worker)
+    nodes: int = 1
+    node_rank: int = 0
+    master: str | None = None
+    launcher: str = "cluster"
+    node_hosts: list[str] | None = None
+    join_timeout: float = 300.0
+
+    def __post_init__(self):
+        if self.execution is None:
+            self.execution = registry.default_execution(self.framework, self.mode)
+
+    @property
+    def default_execution(self) -> bool:
+        """Whether this run's execution is its mode's default (its file name says so)."""
+        return self.execution == registry.default_execution(self.framework, self.mode)
+
+    @property
+    def weak_scaling(self) -> bool:
+        return self.batch_per_device is not None
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,3 @@
+"""Running one plan: in this process, in a rank process per device (launcher), or
+across machines on each framework's own engine (nodes); rank is a rank's entry
+point, run turns any of them into a record, progress the lines they tell."""

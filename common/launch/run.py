@@ -1,0 +1,165 @@
+"""One run, start to record: in this process, in a rank process per device started
+here (common.launch.launcher), or across machines on the framework's own engine
+(common.launch.nodes). The epoch loop itself is common.core.loop; this module only
+places it, pins its cores and turns its outcome into a record."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import resource
+import tempfile
+import traceback
+from pathlib import Path
+
+from common.core.contract import NotApplicable
+from common.core.loop import DIVERGENCE_FACTOR, train
+from common.core.modes import MODES
+from common.core.plan import RunConfig
+from common.facts import data as data_mod, registry
+from common.facts.machine import env_info, framework_version
+from common.launch import launcher, nodes, progress
+from common.launch.rank import _rank_main
+from common.results.record import mark_not_installed, new_record
+
+
+def _max_rss_mb() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) / 1024.0           # Linux reports KiB
+
+
+@contextlib.contextmanager
+def outcome(record: dict):
+    """A run that cannot go or fails is data in its record, never raised: the others go on."""
+    try:
+        yield
+    except NotApplicable as e:
+        record.update(status="not-applicable", error=str(e))
+    except Exception as e:  # noqa: BLE001
+        record.update(status="failed", error=f"{type(e).__name__}: {e}",
+                      traceback=traceback.format_exc(limit=8))
+
+
+def run(cfg: RunConfig, tell: bool = False) -> dict:
+    """Run one (framework, model, mode, device count) and return its complete record.
+    Failures are recorded in the record, never raised."""
+    record = new_record(cfg)
+    record["env"] = env_info()
+    record["framework_version"] = framework_version(cfg.framework, record["env"])
+    mode = MODES[cfg.mode]
+    if cfg.nodes > 1:
+        return _run_nodes(cfg, record, mode, tell)
+    gap = mode.gap(cfg.framework, cfg.sync_bn, cfg.execution)
+    processes = mode.processes(cfg.framework, cfg.devices)
+    threads = max(1, cfg.threads // processes)
+    cores = None
+    if cfg.cores_per_device:
+        # honest CPU scaling: every device its own cores, pinned before the framework is
+        # imported (its thread pools start on them); a process of several devices (one
+        # that runs them all) gets all of theirs, and as many threads
+        try:
+            cores = launcher.core_sets(cfg.cores_per_device * cfg.devices // processes, processes)
+        except launcher.LaunchError as e:
+            record.update(status="failed", error=f"--cores-per-device: {e}")
+            return record
+        threads = len(cores[0])
+        if processes == 1:
+            os.sched_setaffinity(0, cores[0])
+        record["cpu_affinity"] = cores
+    if not registry.is_installed(cfg.framework):
+        return mark_not_installed(record)
+    backend = registry.get(cfg.framework)
+    with outcome(record):
+        ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
+        record["framework_version"] = backend.version()
+        if processes > 1:
+            record["device_names"] = mode.devices(backend, cfg.devices)
+            mode.precheck(backend, cfg, record["device_names"])
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "rank0.json"
+                # ranks are new processes: they read their thread count at import
+                launcher.launch(_rank_main, processes, (cfg.to_dict(), str(path), tell),
+                                env={"OMP_NUM_THREADS": str(threads)}, cores=cores)
+                result = json.loads(path.read_text())
+            record["device_names"] = result.pop("device_names")
+            peak = result.pop("peak_memory_mb_device")
+        else:
+            backend.setup(cpu_devices=cfg.devices, threads=threads)
+            devices = mode.devices(backend, cfg.devices)
+            record["device_names"] = devices
+            mode.precheck(backend, cfg, devices)
+            trainer = mode.trainer(backend, cfg, devices)
+            result = train(backend, trainer, cfg, ds,
+                           progress.say(progress.STEP) if tell else progress.silent,
+                           on_estimate=progress.estimate_printer() if tell else progress.silent)
+            peak = backend.peak_memory_mb()
+        _finish(record, result, backend.facts, processes, peak)
+        if gap:
+            record.update(status="failed", error=f"listed as a known gap ({gap}) but it ran; "
+                                                 "update its `lacks` in common/facts/registry.py")
+    return record
+
+
+def _finish(record: dict, result: dict, facts: registry.Framework, processes: int,
+            peak: float | None) -> None:
+    """A record completed from a finished run's result."""
+    record.update(result)
+    record["device_kind"] = record["device_names"][0].split(":")[0]
+    record["processes"] = processes
+    record["native_mechanism"] = facts.native if record["mode"] == "native" else None
+    record["execution_mechanism"] = facts.executions.get(record["execution"])
+    record["peak_memory_mb"] = peak if peak is not None else _max_rss_mb()
+    record["peak_memory_source"] = "device allocator" if peak is not None else "process max RSS"
+    record["status"] = "ok"
+    if record.get("diverged_step") is not None:
+        record.update(status="diverged", error=(
+            f"the loss diverged at step {record['diverged_step']} (not finite, or over "
+            f"{DIVERGENCE_FACTOR:g}x the first loss); last finite loss "
+            f"{record['last_finite_loss']}; lower --lr"))
+
+
+def _run_nodes(cfg: RunConfig, record: dict, mode, tell: bool) -> dict:
+    """A run across cfg.nodes machines on the framework's own engine (common.launch.nodes):
+    every node here with --launcher local, else this machine's one."""
+    if not registry.is_installed(cfg.framework):
+        return mark_not_installed(record)
+    why = mode.across_nodes() or mode.gap(cfg.framework, execution=cfg.execution)
+    if why is None and cfg.sync_bn:
+        why = "synchronised BatchNorm across machines is not run by the suite (one machine only)"
+    if why is None and registry.facts(cfg.framework).cluster == "tf-config" and (
+            cfg.launcher == "cluster" and not cfg.node_hosts):
+        why = ("TF_CONFIG lists every worker's address: give every node's host with "
+               "--node-hosts HOST0,HOST1,...")
+    if why:
+        record.update(status="not-applicable", error=why)
+        return record
+    if cfg.launcher == "local":
+        cluster = nodes.Cluster(cfg.nodes, tuple(range(cfg.nodes)), "127.0.0.1",
+                                launcher.free_port(), None, cfg.join_timeout)
+    else:
+        host, port = cfg.master.rsplit(":", 1)
+        cluster = nodes.Cluster(cfg.nodes, (cfg.node_rank,), host, int(port),
+                                tuple(cfg.node_hosts) if cfg.node_hosts else None, cfg.join_timeout)
+    facts = registry.facts(cfg.framework)
+    record["cluster_launcher"] = nodes.LAUNCHERS[facts.cluster]
+    record["servers"] = nodes.servers(cfg.framework, cfg.nodes)
+    say = progress.forward if tell else progress.silent
+    with outcome(record):
+        cores = None
+        if cfg.cores_per_device:     # each node its own cores: C per device
+            sets = launcher.core_sets(cfg.cores_per_device * cfg.devices, len(cluster.local_nodes))
+            cores = dict(zip(cluster.local_nodes, sets))
+            record["cpu_affinity"] = sets
+        if cfg.launcher == "local" and not cfg.cores_per_device:
+            # the simulated nodes share this machine's threads
+            cfg = dataclasses.replace(cfg, threads=max(1, cfg.threads // cfg.nodes))
+        with tempfile.TemporaryDirectory(prefix="dl-compare-nodes-") as tmp:
+            results = nodes.run(cfg, cluster, Path(tmp), say, cores)
+        result = results[0]
+        record["node_sec_per_epoch"] = [r["sec_per_epoch"] for r in results]
+        record["device_names"] = result.pop("device_names")
+        peak = result.pop("peak_memory_mb_device")
+        _finish(record, result, facts, result["world_size"], peak)
+    return record
