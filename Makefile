@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # Real Fashion-MNIST from Debian's package; without it, compare looks in the user's
-# cache and then downloads from the dataset's mirror (see README).
+# cache and then downloads from the dataset's mirror (see docs/data.md).
 data:
 	@test -d $(FMNIST) || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist; } || \
@@ -29,7 +29,7 @@ compare: $(STAMP) data
 
 # Two test files at a time: most of a test's time is a framework's import and start-up
 # in a process of its own, which a second file's work overlaps on 2 cores (measured:
-# 11.0 min one at a time, see README); a file's tests stay together (--dist loadfile),
+# 11.0 min one at a time, see docs/testing.md); a file's tests stay together (--dist loadfile),
 # since they share their cached runs.
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile $(ARGS)

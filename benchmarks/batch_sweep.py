@@ -10,6 +10,8 @@ accuracy reached. Default: LeNet, PyTorch scratch, batches 128, 256, 512, target
 at most 6 epochs each (measured on 2 CPU cores: about 5 minutes)."""
 from __future__ import annotations
 
+import argparse
+
 import io
 import subprocess
 import sys
@@ -40,7 +42,7 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m benchmarks.batch_sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--framework", default="pytorch", help="a comma-separated list, or all")
     p.add_argument("--mode", default="scratch", help="a comma-separated list, or all")
@@ -53,6 +55,11 @@ def main(argv=None) -> int:
     p.add_argument("--dataset", default="fashion-mnist", choices=("fashion-mnist", "synthetic"))
     p.add_argument("--steps-per-epoch", type=positive, default=None)
     p.add_argument("--out", default=None, help="results folder (default: results/sweep-<time>)")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     try:
         args = p.parse_args(argv)
         frameworks = names(args.framework, registry.NAMES, "framework")

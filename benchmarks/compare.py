@@ -11,6 +11,7 @@ N times."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -28,14 +29,14 @@ from common import models
 from common.core.modes import MODES
 from common.core.plan import RunConfig
 from common.facts.machine import env_info, gpu_count
+from common.launch import progress as progress_lines
 from common.results.record import (FAILED, REPEAT_KEYS, RecordError, mark_not_installed, new_record,
                                    ok_repeats, read_record, record_filename, write_atomic)
 
 from .cli import (LOCK_FILE, Parser, UsageError, claim_out, fraction, lock_holder, names,
                   non_negative, positive, positive_float)
 from .report import render
-from .runner import Interrupts, run_worker
-from .worker import QUIET_ENV, thread_env
+from .runner import Interrupts, run_config
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN_FILE = "comparison.json"      # what a results folder was asked to hold (for --resume)
@@ -46,20 +47,11 @@ PLAN_FILE = "comparison.json"      # what a results folder was asked to hold (fo
 # default runs 1 device: virtual devices share the same cores (ideal speed-up 1).
 DEFAULT_EPOCHS = 3
 CPU_DEFAULT_DEVICES = [1]
-# the options that make up a comparison (--resume takes them from PLAN_FILE)
-PLAN_OPTIONS = ("framework", "model", "mode", "execution", "devices", "epochs", "batch_size",
-                "batch_per_device", "lr", "sync_bn", "dataset", "data_dir", "steps_per_epoch",
-                "eval_samples", "seed", "threads", "cores_per_device", "target_accuracy", "repeat",
-                "micro_batches", "nodes", "node_rank", "master", "node_hosts", "launcher",
-                "join_timeout")
 # Across machines, the modes run unless --mode names others: each framework's engine
 CLUSTER_MODES = "native"
-# Seconds a node may take to join a run, and a joined node to show progress (a step, an
-# evaluation): the slowest start measured here, TensorFlow's import and collective
-# set-up on a busy 2-core machine, is under a minute, and one CPU step or evaluation of
-# ResNet-18 a few tens of seconds; five minutes leaves room for both and still ends a
-# run whose node died long before torch's 30-minute collective time-out.
-DEFAULT_JOIN_TIMEOUT = 300
+# what each option shared by every run means when it is not given (and when a stored
+# plan is older than the option): RunConfig's defaults
+RUN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
 
 def _device_counts(text):
@@ -84,7 +76,9 @@ def build_parser() -> Parser:
                    help="all, or a comma-separated list of (default: " +
                         ",".join(m.name for m in MODES.values() if m.default) +
                         f"; {CLUSTER_MODES} with --nodes): " +
-                        "; ".join(f"{m.name} ({m.description})" for m in MODES.values()))
+                        "; ".join(f"{m.name} ({m.description}" + "".join(
+                            f"; takes --{o.replace('_', '-')}" for o in m.options) + ")"
+                                  for m in MODES.values()))
     p.add_argument("--execution", default="default",
                    help="default (what each framework's mode runs: named in every row), all, or "
                         "a comma-separated list of: " +
@@ -141,7 +135,7 @@ def build_parser() -> Parser:
     p.add_argument("--launcher", choices=("cluster", "local"), default="cluster",
                    help="cluster: this machine is one of the --nodes; local: simulate all of "
                         "them here, on localhost, each with its own processes")
-    p.add_argument("--join-timeout", type=positive_float, default=DEFAULT_JOIN_TIMEOUT,
+    p.add_argument("--join-timeout", type=positive_float, default=RUN_DEFAULTS["join_timeout"],
                    metavar="S", help="a run fails when a node has not joined within S seconds, "
                                      "or a joined one shows no progress for S seconds")
     p.add_argument("--repeat", type=positive, default=1,
@@ -204,10 +198,6 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
     return frameworks, modes, counts
 
 
-# RunConfig fields of a run across machines (absent from plans written before them)
-CLUSTER_KEYS = ("nodes", "node_rank", "master", "node_hosts", "launcher", "join_timeout")
-
-
 def check_nodes(args) -> None:
     """The several-machine options: consistent, or a UsageError with the fix."""
     given = [o for o, v in (("--node-rank", args.node_rank), ("--master", args.master),
@@ -250,10 +240,10 @@ class Plan:
     run: dict            # model, dataset, data_dir, epochs, batch_size, batch_per_device, lr, ...
     executions: list     # execution names; None: each mode's default
 
-    RUN_KEYS = ("model", "dataset", "data_dir", "epochs", "batch_size", "batch_per_device", "lr",
-                "sync_bn", "seed", "threads", "steps_per_epoch", "eval_samples", "cores_per_device",
-                "target_accuracy", "micro_batches", "nodes", "node_rank", "master", "node_hosts",
-                "launcher", "join_timeout")
+    # the options shared by every run: RunConfig's fields (each one an option of the
+    # same name) but a row's own and the warm-up, which no option sets
+    RUN_KEYS = tuple(f for f in RUN_DEFAULTS
+                     if f not in ("framework", "mode", "devices", "execution", "warmup_steps"))
 
     @classmethod
     def from_args(cls, args, frameworks, modes, counts) -> "Plan":
@@ -261,22 +251,17 @@ class Plan:
                    {k: getattr(args, k) for k in cls.RUN_KEYS}, _executions(args.execution))
 
     def configs(self) -> list[RunConfig]:
-        r = self.run
-        weak = r["batch_per_device"] is not None
-        configs = [RunConfig(framework=f, mode=m, devices=n, execution=e, model=r["model"],
-                             dataset=r["dataset"], data_dir=r["data_dir"], epochs=r["epochs"],
-                             batch_size=r["batch_per_device"] * n if weak else r["batch_size"],
-                             lr=r["lr"] * n if weak else r["lr"],
-                             batch_per_device=r["batch_per_device"],
-                             sync_bn=r["sync_bn"], seed=r["seed"],
-                             # with --cores-per-device: C threads per device
-                             threads=(r["cores_per_device"] * n if r.get("cores_per_device")
-                                      else r["threads"]),
-                             cores_per_device=r.get("cores_per_device"),
-                             target_accuracy=r.get("target_accuracy"),
-                             steps_per_epoch=r["steps_per_epoch"], eval_samples=r["eval_samples"],
-                             micro_batches=r.get("micro_batches") or 1,
-                             **{k: r[k] for k in CLUSTER_KEYS if r.get(k) is not None})
+        # an option unset, or absent from a plan written before it: RunConfig's default
+        r = {k: v for k, v in self.run.items() if k in self.RUN_KEYS and v is not None}
+
+        def per_row(n: int) -> dict:
+            """What grows with the device count: under weak scaling the batch and lr, with
+            --cores-per-device the threads (C per device)."""
+            weak = r.get("batch_per_device") is not None
+            return {**r, "batch_size": r["batch_per_device"] * n if weak else r["batch_size"],
+                    "lr": r["lr"] * n if weak else r["lr"],
+                    "threads": r["cores_per_device"] * n if r.get("cores_per_device") else r["threads"]}
+        configs = [RunConfig(framework=f, mode=m, devices=n, execution=e, **per_row(n))
                    for f in self.frameworks for m in self.modes for e in self.executions
                    for n in self.devices]
         # an execution named that is the mode's default is the default run (the same
@@ -324,11 +309,12 @@ def resume_plan(args, given: set[str]) -> Plan:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"--resume {folder}: {plan_path} is unreadable ({e}); start a new "
                          "comparison with --out") from None
-    if given & set(PLAN_OPTIONS):
+    options = {*Plan.RUN_KEYS, "framework", "mode", "execution", "devices", "repeat"}
+    if given & options:
         frameworks, modes, counts = resolve(args)
         mine = Plan.from_args(args, frameworks, modes, counts).as_options()
         theirs = plan.as_options()
-        for dest in sorted(given & set(PLAN_OPTIONS)):
+        for dest in sorted(given & options):
             if mine[dest] != theirs[dest]:
                 option = "--" + dest.replace("_", "-")
                 raise UsageError(f"--resume {folder} was run with {option} {theirs[dest]}, not "
@@ -355,9 +341,8 @@ def check_out(out: Path, plan: Plan, resuming: bool) -> None:
     stored = out / PLAN_FILE
     if stored.is_file() and not resuming:
         try:
-            # (the defaults of options newer than the folder)
-            theirs = {"micro_batches": 1, "nodes": 1, "launcher": "cluster",
-                      "join_timeout": DEFAULT_JOIN_TIMEOUT, **json.loads(stored.read_text())["run"]}
+            # (the defaults of options newer than the folder: RunConfig's)
+            theirs = {**RUN_DEFAULTS, **json.loads(stored.read_text())["run"]}
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UsageError(f"--out {out}: {stored} is unreadable ({e}); give a new --out") from None
         diff = [k for k in Plan.RUN_KEYS if theirs.get(k) != plan.run.get(k)]
@@ -409,23 +394,16 @@ def run_one(cfg: RunConfig, out: Path, rep: int, timeout: int, advance, estimate
         record = new_record(cfg)
         record["env"] = env_info()
         return mark_not_installed(record)
-    env = {**os.environ, **QUIET_ENV, **thread_env(cfg.threads)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    out_path.unlink(missing_ok=True)
-
     def on_line(line):                      # '@step' lines, one per training step
-        if line.startswith("@step"):
+        if line.startswith(progress_lines.STEP):
             advance()
-        elif line.startswith("@estimate"):
+        elif line.startswith(progress_lines.ESTIMATE):
             estimated(float(line.split()[1]))
 
-    done = run_worker(["-m", "benchmarks.worker", json.dumps(cfg.to_dict()), str(out_path)],
-                      log_path, timeout, on_line, env=env, cwd=ROOT, stop=stop)
-    if out_path.exists() and not (done.timed_out or done.interrupted):
-        try:
-            return read_record(out_path)
-        except RecordError as e:
-            done.log_tail += f" | {e}"
+    record, done = run_config(cfg.to_dict(), out_path, timeout, log_path, on_line, stop,
+                              read=read_record)
+    if record is not None:
+        return record
     record = new_record(cfg)
     record["env"] = env_info()
     if done.interrupted:

@@ -26,8 +26,7 @@ from common.results.record import write_atomic
 
 from .cli import (COMMAND_FILE, Parser, command_parser, finish, names, non_negative, positive,
                   positive_float, run_command)
-from .runner import Interrupts, run_worker
-from .worker import QUIET_ENV, thread_env
+from .runner import Interrupts, run_worker, worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,8 +60,7 @@ def run_framework(cfg: dict, out: Path, timeout: int, stop: Interrupts) -> tuple
     not finish (a crash, a time-out, Ctrl-C) are written here. Returns its records and
     whether the user interrupted."""
     fw = cfg["framework"]
-    env = {**os.environ, **QUIET_ENV, **thread_env(cfg["threads"])}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = worker_env(cfg["threads"])
     for name in scopes.PLACEMENTS:
         (out / scopes.record_filename(fw, name)).unlink(missing_ok=True)
     state = {"current": None}

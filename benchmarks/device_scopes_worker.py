@@ -13,26 +13,30 @@ import os
 import sys
 from pathlib import Path
 
-from .devices_worker import CRASH_ENV, _say
+from common.launch import progress
+
+from .devices_worker import CRASH_ENV
 from .worker import thread_env
 
 
 def main(argv: list[str]) -> int:
     cfg_json, out = json.loads(argv[0]), Path(argv[1])
     os.environ.update(thread_env(cfg_json["threads"]))
+    # imported once the thread count is in the environment: NumPy's BLAS (under every
+    # module of common) and the frameworks size their thread pools at import
     from common.experiments import scopes
     from common.results.record import write_atomic
     cfg = scopes.Config(**cfg_json)
 
     def begin(placement):
-        _say(f"@begin {placement}")
+        progress.say(f"@begin {placement}")()
         # fault injection for the tests: PLACEMENT, or FRAMEWORK:PLACEMENT
         if os.environ.get(CRASH_ENV) in (placement, f"{cfg.framework}:{placement}"):
             os.abort()
 
     def done(record):
         write_atomic(out / scopes.record_filename(cfg.framework, record["placement"]), record)
-        _say(f"@end {record['placement']} {record['status']}")
+        progress.say(f"@end {record['placement']} {record['status']}")()
 
     scopes.run(cfg, on_begin=begin, on_record=done)
     return 0

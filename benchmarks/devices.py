@@ -28,8 +28,7 @@ from common.results.record import write_atomic
 
 from .cli import (COMMAND_FILE, Parser, command_parser, finish, names, positive,
                   run_command)
-from .runner import Interrupts, run_worker
-from .worker import QUIET_ENV, thread_env
+from .runner import Interrupts, run_worker, worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,8 +71,7 @@ def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, 
                   on_done, stop: Interrupts | None = None) -> tuple[list[dict], bool]:
     """All of one framework's experiments, in as few worker processes as crashes allow.
     Returns its records and whether the user interrupted."""
-    env = {**os.environ, **QUIET_ENV, **thread_env(cfg["threads"])}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = worker_env(cfg["threads"])
     remaining = list(experiments)
     records: dict[str, dict] = {}
     attempt = 0

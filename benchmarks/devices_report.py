@@ -14,11 +14,16 @@ from .cli import recorded_command
 from .devices import render
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.devices_report",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("folder")
     p.add_argument("--no-plots", action="store_true")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     out = Path(args.folder)
     if not any(out.glob("*.devices.json")):

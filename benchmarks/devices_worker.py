@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from common.launch import progress
+
 from .worker import thread_env
 
 # Fault injection for the tests: the worker aborts (as a segfault would) when it
@@ -20,15 +22,12 @@ from .worker import thread_env
 CRASH_ENV = "DL_COMPARE_DEVICES_CRASH"
 
 
-def _say(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
 def main(argv: list[str]) -> int:
     cfg = json.loads(argv[0])
     out = Path(argv[1])
     os.environ.update(thread_env(cfg["threads"]))
+    # imported once the thread count is in the environment: NumPy's BLAS (under every
+    # module of common) and the frameworks size their thread pools at import
     from common.experiments import device_experiments as ex, ops as ops_mod
     from common.facts.machine import env_info
     from common.results.record import write_atomic
@@ -47,7 +46,7 @@ def main(argv: list[str]) -> int:
     ctx = ex.Context(ops=ops, framework=cfg["framework"], kinds=cfg["kinds"], repeat=cfg["repeat"],
                      quick=cfg["quick"], threads=cfg["threads"])
     for name in cfg["experiments"]:
-        _say(f"@begin {name}")
+        progress.say(f"@begin {name}")()
         if os.environ.get(CRASH_ENV) == name:
             os.abort()
         if setup_error:
@@ -56,7 +55,7 @@ def main(argv: list[str]) -> int:
             record = ex.run_experiment(ctx, name)
         record.update(framework_version=version, env=env)
         write_atomic(out / ex.record_filename(cfg["framework"], name), record)
-        _say(f"@end {name} {record['status']}")
+        progress.say(f"@end {name} {record['status']}")()
     return 0
 
 

@@ -1,5 +1,5 @@
 """A plain Keras 3 program, nothing from the suite: the reference the suite's Keras
-row is measured against (as shared/baselines/d2l_torch_lenet.py is for PyTorch).
+row is measured against (as benchmarks/d2l_reference.py is for PyTorch).
 
     FMNIST_DIR=/usr/share/datasets/fashion-mnist python benchmarks/keras_reference.py DEVICES EPOCHS
 

@@ -35,7 +35,8 @@ from common.core.plan import RunConfig
 from common.facts.machine import env_info
 from common.launch import launcher
 
-from .worker import QUIET_ENV, thread_env
+from .runner import run_config, worker_env
+from .worker import QUIET_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 MICRO_BATCHES = (1, 4, 8)
@@ -43,24 +44,17 @@ MICRO_BATCHES = (1, 4, 8)
 SHAPE = {"lenet": (256, 20), "resnet18": (32, 3)}
 
 
-def _env(threads: int) -> dict:
-    env = {**os.environ, **QUIET_ENV, **thread_env(threads)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
-def run_config(cfg: RunConfig, out: Path, timeout: int, rnd: int) -> dict:
+def record_of(cfg: RunConfig, out: Path, timeout: int, rnd: int) -> dict:
     """The record of one configuration: run in a worker, or the one --out already holds."""
     name = f"{cfg.model}-{cfg.framework}-{cfg.mode}-{cfg.devices}dev-m{cfg.micro_batches}-r{rnd}.json"
     path = out / name
     if path.exists() and json.loads(path.read_text()).get("status") == "ok":
         return json.loads(path.read_text())
-    try:
-        subprocess.run([sys.executable, "-m", "benchmarks.worker", json.dumps(cfg.to_dict()), str(path)],
-                       cwd=ROOT, env=_env(cfg.threads), timeout=timeout, capture_output=True)
-        return json.loads(path.read_text())
-    except (subprocess.TimeoutExpired, OSError, ValueError) as e:
-        return {**cfg.to_dict(), "status": "failed", "error": f"{type(e).__name__}: {e}"}
+    record, done = run_config(cfg.to_dict(), path, timeout)
+    if record is None:
+        why = f"timed out after {timeout} s" if done.timed_out else f"exit code {done.code}"
+        return {**cfg.to_dict(), "status": "failed", "error": f"worker: {why}: {done.log_tail}"}
+    return record
 
 
 def step_sec(record: dict) -> float | None:
@@ -184,7 +178,7 @@ def _f(x, digits=3):
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.pipeline", description=__doc__.split("\n\n")[0])
     p.add_argument("--framework", default="all")
     p.add_argument("--model", default="lenet,resnet18")
@@ -197,6 +191,11 @@ def main(argv=None) -> int:
                         "PipelineParallel run here (2 processes, gloo)")
     p.add_argument("--measure-units", default=None, metavar="FRAMEWORK",
                    help="only print ResNet-18's per-unit busy seconds in FRAMEWORK (JSON)")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.probe_engines:
         probe_engines()
@@ -221,14 +220,14 @@ def main(argv=None) -> int:
                             RunConfig(mode="model", devices=1, **shared)] + [
                         RunConfig(mode="model", devices=2, micro_batches=m, **shared)
                         for m in MICRO_BATCHES]:
-                    records.append(run_config(cfg, out, args.timeout, rnd))
+                    records.append(record_of(cfg, out, args.timeout, rnd))
                     r = records[-1]
                     print(f"round {rnd} {model} {fw} {cfg.mode} x{cfg.devices} M={cfg.micro_batches}: "
                           f"{r['status']} {_f(step_sec(r))} s/step", flush=True)
     units = {}
     if "resnet18" in args.model and "pytorch" in frameworks:
         proc = subprocess.run([sys.executable, "-m", "benchmarks.pipeline", "--measure-units", "pytorch",
-                               "--threads", str(args.threads)], cwd=ROOT, env=_env(args.threads),
+                               "--threads", str(args.threads)], cwd=ROOT, env=worker_env(args.threads),
                               capture_output=True, text=True, timeout=args.timeout)
         if proc.returncode == 0:
             units = {"framework": "pytorch", "batch": 32, "sec": json.loads(proc.stdout.splitlines()[-1])}

@@ -19,6 +19,8 @@ chapter's rule for communication to hide behind compute). Multi-device rows in t
 folders are predicted too and set beside what they measured (validation)."""
 from __future__ import annotations
 
+import argparse
+
 import functools
 import io
 import json
@@ -213,7 +215,7 @@ def _row_key(r: dict) -> tuple:
             r.get("cores_per_device"))
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m benchmarks.predict", description=__doc__.split("\n\n")[0])
     p.add_argument("folders", nargs="+", metavar="DIR", help="compare results folders")
     p.add_argument("--link", choices=LINKS, default=None,
@@ -233,6 +235,11 @@ def main(argv=None) -> int:
                    help="global batch of the prediction (default: each row's measured batch)")
     p.add_argument("--out", default=None, help="folder for predict.md and predict.png "
                                                 "(default: the first DIR)")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     try:
         args = p.parse_args(argv)
         if (args.link is None) == (args.allreduce is None):

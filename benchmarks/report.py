@@ -52,7 +52,7 @@ def main(argv=None) -> int:
         return 2
 
 
-def _main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.split("\n\n")[0])
     p.add_argument("folder")
     p.add_argument("new_folder", nargs="?", help="a second results folder to compare with the first")
@@ -61,6 +61,11 @@ def _main(argv=None) -> int:
                    help="relative change taken as noise when the runs do not show their own")
     p.add_argument("--fail-on-slower", action="store_true",
                    help="exit 1 when a row got slower beyond the noise (for a CI gate)")
+    return p
+
+
+def _main(argv=None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     folders = [Path(f) for f in (args.folder, args.new_folder) if f]
     for out in folders:

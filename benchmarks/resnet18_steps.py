@@ -27,7 +27,7 @@ from rich.text import Text
 from common.facts import registry
 from common.core.modes import MODES
 
-from .worker import QUIET_ENV, thread_env
+from .runner import run_config, worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "benchmarks" / "resnet18_reference.py"
@@ -45,18 +45,15 @@ def _suite(framework, mode, args, env) -> tuple[float | None, str]:
            "dataset": "synthetic", "batch_size": args.batch, "steps_per_epoch": args.steps,
            "eval_samples": 1, "threads": args.threads}
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "benchmarks.worker", json.dumps(cfg), f"{tmp}/r.json"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
-        path = Path(tmp) / "r.json"
-        if not path.exists():
-            return None, "worker died"
-        rec = json.loads(path.read_text())
+        rec, _ = run_config(cfg, Path(tmp) / "r.json", 3600, env=env)
+    if rec is None:
+        return None, "worker died"
     if rec["status"] != "ok":
         return None, f"{rec['status']}: {(rec['error'] or '').splitlines()[0][:80]}"
     return rec["sec_per_epoch"][0] / rec["steps_per_epoch"][0], ""
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.resnet18_steps",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--framework", default="all")
@@ -65,6 +62,11 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     names = registry.installed() if args.framework == "all" else args.framework.split(",")
     try:
@@ -73,8 +75,7 @@ def main(argv=None) -> int:
     except registry.UnknownFramework as e:
         print(f"resnet18_steps: error: {e}", file=sys.stderr)
         return 2
-    env = {**os.environ, **QUIET_ENV, **thread_env(args.threads),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = worker_env(args.threads)
     runs = [(f, m) for f in names for m, mode in MODES.items()
             if mode.default and (f, m) not in registry.KNOWN_GAPS]
     times: dict = {("torch reference", ""): []}

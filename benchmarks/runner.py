@@ -5,9 +5,13 @@ SIGTERM kills the whole session within a fraction of a second.
 
     with Interrupts() as stop:
         result = run_worker(argv, log_path, timeout, on_line, stop=stop)
+
+Every entry point starts its workers here: run_worker for any worker module,
+run_config for one run of benchmarks.worker (a RunConfig's record).
 """
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -19,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from common.launch.launcher import log_tail
+from common.launch.launcher import ROOT, child_env, log_tail
+
+from .worker import QUIET_ENV
+
 
 POLL = 0.2        # seconds between looks at the clock and the stop flag
 
@@ -98,3 +105,32 @@ def run_worker(argv: list[str], log_path: Path, timeout: float, on_line: Callabl
                 break
         code = proc.wait()
     return WorkerExit(code, timed_out, interrupted, log_tail(log_path))
+
+
+def worker_env(threads: int, **extra: str) -> dict:
+    """A worker's environment: common.launch.launcher.child_env with quiet C++ logs."""
+    return child_env(threads, **QUIET_ENV, **extra)
+
+
+def run_config(cfg: dict, out_path: Path, timeout: float, log_path: Path | None = None,
+               on_line: Callable[[str], None] = lambda line: None, stop: Interrupts | None = None,
+               env: dict | None = None,
+               read: Callable[[Path], dict] = lambda path: json.loads(path.read_text())
+               ) -> tuple[dict | None, WorkerExit]:
+    """One run (a RunConfig as a dict) in a benchmarks.worker process of its own: its record
+    (None where the worker wrote none: a crash, a time-out, an interrupt) and how it ended.
+    The log goes beside the record unless log_path says where; `read` reads the record
+    (a ValueError there counts as no record, its message in the log tail)."""
+    out_path = Path(out_path)
+    out_path.unlink(missing_ok=True)
+    done = run_worker(["-m", "benchmarks.worker", json.dumps(cfg), str(out_path)],
+                      log_path or out_path.with_suffix(".log"), timeout, on_line,
+                      env=env or worker_env(cfg.get("threads") or os.cpu_count() or 1),
+                      cwd=ROOT, stop=stop)
+    record = None
+    if out_path.exists() and not (done.timed_out or done.interrupted):
+        try:
+            record = read(out_path)
+        except ValueError as e:
+            done.log_tail += f" | {e}"
+    return record, done

@@ -95,13 +95,18 @@ def speed_table(data: list[dict], markdown: bool) -> Table:
     return t
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m benchmarks.speed", description=__doc__.split("\n\n")[0])
     p.add_argument("out", metavar="DIR", help="a compare results folder")
     p.add_argument("--threads", type=positive, default=None,
                    help="threads of the GEMM measurement (default: the records' thread count)")
     p.add_argument("--gemm-size", type=positive, default=GEMM_SIZE,
                    help="n of the n x n float32 products that measure the GEMM rate")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     try:
         args = p.parse_args(argv)
         folder = Path(args.out)

@@ -5,7 +5,7 @@ one go:
                                       [--epochs 2] [--rounds 2] [--devices 1]
 
 d2l: the chapter's multi-GPU-from-scratch PyTorch code as written
-(shared/baselines/d2l_torch_lenet.py beside the repository) against the suite's
+(benchmarks/d2l_reference.py) against the suite's
 PyTorch scratch mode. keras: a plain Keras 3 program (benchmarks/keras_reference.py:
 a Sequential LeNet, model.fit on the NumPy arrays) against the suite's Keras row.
 Both sides train on real Fashion-MNIST at batch 256, lr 0.2, in alternating rounds
@@ -26,18 +26,18 @@ from pathlib import Path
 
 from common.facts import data
 
-from .worker import QUIET_ENV, thread_env
+from .runner import run_config, worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
 # name -> (reference program, the suite's framework and mode it is measured against,
 # whether the reference's first epoch includes tracing and is left out)
 REFERENCES = {
-    "d2l": (ROOT.parent / "shared" / "baselines" / "d2l_torch_lenet.py", "pytorch", "scratch", False),
+    "d2l": (ROOT / "benchmarks" / "d2l_reference.py", "pytorch", "scratch", False),
     "keras": (ROOT / "benchmarks" / "keras_reference.py", "keras", "native", True),
 }
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.vs_reference",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--against", choices=REFERENCES, default="d2l")
@@ -47,6 +47,11 @@ def main(argv=None) -> int:
     p.add_argument("--devices", type=int, default=1)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--data-dir", default=None)
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     program, framework, mode, skip_first = REFERENCES[args.against]
     baseline = Path(args.baseline or program)
@@ -59,8 +64,7 @@ def main(argv=None) -> int:
               "epoch on; give --epochs 2 or more", file=sys.stderr)
         return 2
     folder = str(data.locate_fashion_mnist(args.data_dir))
-    env = {**os.environ, **QUIET_ENV, **thread_env(args.threads), "FMNIST_DIR": folder,
-           "PYTHONPATH": str(ROOT)}
+    env = worker_env(args.threads, FMNIST_DIR=folder)
     ours, theirs = [], []
     for r in range(args.rounds):
         out = subprocess.run([sys.executable, str(baseline), str(args.devices), str(args.epochs)],
@@ -70,9 +74,11 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             cfg = {"framework": framework, "mode": mode, "devices": args.devices,
                    "epochs": args.epochs, "threads": args.threads, "data_dir": folder}
-            subprocess.run([sys.executable, "-m", "benchmarks.worker", json.dumps(cfg),
-                            f"{tmp}/r.json"], stdout=subprocess.DEVNULL, env=env, check=True, cwd=ROOT)
-            rec = json.loads(Path(f"{tmp}/r.json").read_text())
+            rec, done = run_config(cfg, Path(tmp) / "r.json", 3600, env=env)
+        if rec is None:
+            print(f"vs_reference: error: our worker died (exit code {done.code}): {done.log_tail}",
+                  file=sys.stderr)
+            return 1
         if rec["status"] != "ok":
             print(f"vs_reference: error: our run failed: {rec['error']}", file=sys.stderr)
             return 1

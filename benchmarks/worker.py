@@ -10,6 +10,7 @@ import json
 import os
 import sys
 
+from common.core.plan import RunConfig  # the facts table alone: no NumPy yet
 from common.launch.launcher import thread_env  # noqa: F401 - the benchmarks' commands take it from here
 
 # Quiet the C++ logs of TensorFlow and Paddle so that errors stand out.
@@ -19,11 +20,12 @@ QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "GLOG_minloglevel": "2", "GLOG_v": "0"
 
 def main(argv: list[str]) -> int:
     cfg_json, out_path = argv[0], argv[1]
-    from common.core.plan import RunConfig
-    from common.results.record import write_atomic
     cfg = RunConfig(**json.loads(cfg_json))
     os.environ.update(thread_env(cfg.threads))
+    # imported once the thread count is in the environment: NumPy's BLAS (under most
+    # of common) and the frameworks size their thread pools at import
     from common.launch.run import run
+    from common.results.record import write_atomic
     record = run(cfg, tell=True)
     write_atomic(out_path, record)
     return 0

@@ -10,7 +10,9 @@ the gap the other way. A check raises AssertionError with what differed."""
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -514,6 +516,7 @@ def run_checks(b, model_names) -> dict:
         for name in (model_names if per_model else [None]):
             key = f"{cname}[{name}]" if name else cname
             gap = registry.KNOWN_GAPS.get((b.name, needs)) if needs else None
+            t0 = time.perf_counter()
             try:
                 if gap:
                     raise Skipped(f"{b.name} lacks {needs}: {gap}")
@@ -524,6 +527,7 @@ def run_checks(b, model_names) -> dict:
             except Exception as e:  # noqa: BLE001 - every check reports, none stops the others
                 results[key] = {"status": "failed", "detail": f"{type(e).__name__}: {e}\n"
                                                               f"{traceback.format_exc(limit=6)}"}
+            results[key]["sec"] = time.perf_counter() - t0     # where the suite's time goes
     return results
 
 
@@ -534,7 +538,7 @@ def check_ids(model_names) -> list[str]:
 
 def main(framework: str, out: str, *model_names: str) -> int:
     b = registry.get(framework)
-    b.setup(cpu_devices=2, threads=2)
+    b.setup(cpu_devices=2, threads=int(os.environ.get("OMP_NUM_THREADS", "1")))
     with open(out, "w") as f:
         json.dump(run_checks(b, list(model_names) or list(models.NAMES)), f)
     return 0

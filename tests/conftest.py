@@ -16,6 +16,11 @@ import pytest
 from common.facts import registry
 
 ROOT = Path(__file__).resolve().parent.parent
+# Threads of every framework process the tests start: `make test` runs two test files at
+# once on 2 cores, so one thread each; with two each, OpenMP threads that spin waiting
+# for a descheduled sibling stall (measured: the device experiments' SIGINT test took
+# 68 s beside the other file's work, 8 s alone). The checks compare values, not speed.
+THREADS = 1
 
 
 def required() -> list[str]:
@@ -28,14 +33,14 @@ def covered() -> list[str]:
     return [n for n in registry.NAMES if n in names]
 
 
-def subprocess_env(threads: int = 1, extra_path: str | None = None) -> dict:
+def subprocess_env(threads: int = THREADS, extra_path: str | None = None) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TF_CPP_MIN_LOG_LEVEL": "2",
            "GLOG_minloglevel": "2", "PYTHONWARNINGS": "ignore"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), extra_path, env.get("PYTHONPATH")]))
     return env
 
 
-def run_python(args: list[str], timeout: int = 600, threads: int = 1,
+def run_python(args: list[str], timeout: int = 600, threads: int = THREADS,
                extra_path: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
                           env=subprocess_env(threads, extra_path), timeout=timeout)
@@ -56,7 +61,7 @@ def interrupt(args: list[str], out: Path, ready, settle: float) -> str:
     no process naming `out` alive. Returns its stderr."""
     import signal
     import time
-    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=subprocess_env(2), text=True,
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=subprocess_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while not ready() and time.monotonic() < deadline:
@@ -89,7 +94,7 @@ def incomplete_subclass_error(module: str, base: str, defined: str) -> str:
     return proc.stdout + proc.stderr
 
 
-def per_framework(tmp_path_factory, module: str, threads: int = 2, timeout: int = 600):
+def per_framework(tmp_path_factory, module: str, threads: int = THREADS, timeout: int = 600):
     """framework -> the JSON that `python -m module FRAMEWORK OUT_JSON` writes, run once
     per framework, each in its own process."""
     cache = {}
@@ -141,12 +146,12 @@ def worker_record(tmp_path_factory):
             out = tmp_path_factory.mktemp("runs") / f"{framework}-{mode}-{devices}.json"
             cfg = {"framework": framework, "mode": mode, "devices": devices, "model": model,
                    "execution": execution,
-                   "dataset": "synthetic", "epochs": 1, "sync_bn": sync_bn, "threads": 2,
+                   "dataset": "synthetic", "epochs": 1, "sync_bn": sync_bn, "threads": THREADS,
                    "micro_batches": micro_batches,
                    **RUN_SHAPE[model], **extra}
             if steps is not None:
                 cfg["steps_per_epoch"] = steps
-            proc = run_python(["-m", "benchmarks.worker", json.dumps(cfg), str(out)], threads=2)
+            proc = run_python(["-m", "benchmarks.worker", json.dumps(cfg), str(out)], threads=THREADS)
             assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
             cache[key] = json.loads(out.read_text())
         return cache[key]

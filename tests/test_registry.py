@@ -1,3 +1,6 @@
+"""The facts table (names, gaps, executions, the files of a framework package), and
+that importing common or benchmarks imports no framework."""
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +63,12 @@ def test_the_facts_table_is_the_one_list_of_frameworks():
         assert f.name == name and f.package == f"frameworks.{name}"
         assert f.imports and f.dists and f.extra and f.native
         assert registry.install_hint(name) == f"pip install -e '.[{f.extra}]'"
+
+
+def test_every_framework_package_has_the_same_files():
+    import frameworks
+    root = Path(frameworks.__file__).parent
+    for name, f in registry.FRAMEWORKS.items():
+        package = root / f.package.split(".")[-1]
+        files = {p.name for p in package.glob("*.py")}
+        assert files == set(frameworks.FILES), (name, sorted(files ^ set(frameworks.FILES)))

@@ -5,11 +5,8 @@ and touches no device until `setup` is called. Arrays in and out of the
 contract are the framework's own; NumPy crosses it only in `array`, `to_numpy`,
 the trainers and `forward_backward` (used by the oracle tests).
 
-A framework package has the same files as every other: devices.py (the device
-API), models.py (each model of common/models in the framework's ops),
-scratch.py (the chapter's primitives: get_params, allreduce, split_batch, and the
-per-shard step that common/core/scratch.py's train_batch is written on), native.py
-(the framework's own data parallelism).
+A framework package has the same files as every other (frameworks.FILES says which
+and what each holds); its Backend is composed of their classes.
 """
 from __future__ import annotations
 
@@ -134,6 +131,22 @@ class Trainer(ABC):
         """Figures of the run that only this mode has, for the record (model mode: per-stage
         times, bytes between stages, bubble); called by every rank at the end of training."""
         return {}
+
+
+class ModuleTrainer(Trainer):
+    """A trainer of one replica per process held as one framework module (PyTorch's
+    nn.Module, Paddle's Layer) whose read() gives (params, state) in the common layout
+    and load(params, state) overwrites them: the replica accessors written once."""
+    module: Any
+
+    def replica_params(self):
+        return [self.module.read()[0]]
+
+    def replica_state(self):
+        return [self.module.read()[1]]
+
+    def load_params(self, params, state):
+        self.module.load(params, state)
 
 
 class Backend(ABC):
@@ -310,13 +323,28 @@ class Backend(ABC):
                                 or f"{self.name} has no {execution!r} execution here")
 
     # --- native mode: the framework's own data parallelism ---
-    @abstractmethod
     def native_trainer(self, model: str, params: Sequence[np.ndarray], devices: Sequence[str],
                        lr: float, execution: str, rank: int = 0, world: int = 1,
                        sync_bn: bool = False) -> Trainer:
         """In-process trainer over `devices`; in a multi-process run, rank `rank` of
         `world` on `devices[0]`, its process group already joined (see join). Its steps
-        run as `execution` says (one of the framework's facts' executions)."""
+        run as `execution` says. The checks every framework needs, then its own
+        build_native_trainer."""
+        self.check_execution(execution)
+        if sync_bn:
+            self.check_sync_bn(devices)
+        if self.facts.native_processes and world == 1 and len(devices) > 1:
+            raise ValueError(f"{self.name} native mode runs one process per device "
+                             "(common.launch.launcher)")
+        return self.build_native_trainer(model, params, devices, lr, execution, rank, world,
+                                         sync_bn)
+
+    @abstractmethod
+    def build_native_trainer(self, model: str, params: Sequence[np.ndarray],
+                             devices: Sequence[str], lr: float, execution: str, rank: int,
+                             world: int, sync_bn: bool) -> Trainer:
+        """The framework's own data-parallel trainer (native_trainer has checked the
+        execution, synchronised BatchNorm and the process count)."""
 
     # Why the framework's synchronised BatchNorm needs GPUs, where it does
     sync_bn_needs_gpu: str | None = None

@@ -23,6 +23,18 @@ class Mode(ABC):
     # in a run with a process per device, every rank takes part in evaluation (model
     # mode: the stages evaluate together); else rank 0 alone evaluates
     every_rank_predicts = False
+    # what the report asks of a mode: the mode whose 1-device row its speed-up is set
+    # against (None: its own), whether its rows carry per-stage figures (their own
+    # table), whether it is the chapter's code written by hand (drawn solid, first)
+    speedup_against = None        # a mode name, or None
+    stage_figures = False
+    by_hand = False
+    # the RunConfig fields (compare's options) that only this mode reads
+    options = ()                  # RunConfig field names
+
+    def mechanism(self, facts: registry.Framework) -> str | None:
+        """The framework's machinery this mode runs on, for the record (None: the suite's own)."""
+        return None
 
     def processes(self, framework: str, devices: int) -> int:
         """How many processes a run on `devices` devices uses (one, unless per device)."""
@@ -53,6 +65,8 @@ class Mode(ABC):
 
 
 class Scratch(Mode):
+    by_hand = True
+
     def trainer(self, backend, cfg, devices, rank=0, world=1):
         if cfg.sync_bn and not self.gap(backend.name):
             raise NotApplicable("the chapter's scratch mode normalises each shard with its own "
@@ -63,6 +77,11 @@ class Scratch(Mode):
 
 
 class Native(Mode):
+    options = ("sync_bn",)
+
+    def mechanism(self, facts):
+        return facts.native
+
     def across_nodes(self):
         return None
 
@@ -90,6 +109,9 @@ class Model(Mode):
     """Model parallelism: the layers cut into stages across the devices, GPipe's
     micro-batches (common/core/pipeline.py)."""
     every_rank_predicts = True
+    speedup_against = "native"     # how much the stages gain over one device's whole model
+    stage_figures = True
+    options = ("micro_batches",)
 
     def processes(self, framework, devices):
         # one process per stage where the framework has a single CPU device per process
@@ -134,6 +156,6 @@ MODES: dict[str, Mode] = {m.name: m for m in (
                                  "process replicating the module onto every GPU each step",
                  default=False),
     Model("model", "model parallelism: the layers cut into stages, stage i on device i, "
-                   "micro-batches GPipe-style (--micro-batches)", default=False),
+                   "micro-batches GPipe-style", default=False),
 )}
 NAMES = tuple(MODES)

@@ -15,7 +15,7 @@ Stages live in one process where the framework has distinct devices there (GPUs,
 MXNet's CPU contexts, TensorFlow's logical CPU devices; PyTorch and Paddle stages
 may also share cpu:0), handed over with to_device; else one process per stage
 (PyTorch and Paddle on a CPU, started by common.launch.launcher) and send/recv. The loop
-below is the same for both: a Link hands activations and gradients over.
+below is the same for both: InProcess or Processes hands activations and gradients over.
 
 Each stage's busy time (its forwards, backwards and SGD; the device synchronised
 around each), the hand-over time and the step's wall time give the measured bubble:

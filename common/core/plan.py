@@ -46,6 +46,11 @@ class RunConfig:
     master: str | None = None
     launcher: str = "cluster"
     node_hosts: list[str] | None = None
+    # seconds a node may take to join a run, and a joined node to show progress (a step,
+    # an evaluation): the slowest start measured here, TensorFlow's import and collective
+    # set-up on a busy 2-core machine, is under a minute, and one CPU step or evaluation
+    # of ResNet-18 a few tens of seconds; five minutes leaves room for both and still ends
+    # a run whose node died long before torch's 30-minute collective time-out
     join_timeout: float = 300.0
 
     def __post_init__(self):

@@ -8,8 +8,9 @@ framework does not have raises `NotApplicable` with the reason, which the
 experiment records as data.
 
 The device API that already exists (`array`, `tensor`, `to_numpy`, `synchronize`,
-`allreduce` -- the chapter's by-hand one -- `spawn`) is the framework's Backend
-(common.core.contract), reached here as `self.backend`.
+`allreduce` -- the chapter's by-hand one) is the framework's Backend
+(common.core.contract), reached here as `self.backend`; `Ops.spawn` starts the
+rank processes of a framework whose all-reduce runs a process per device.
 """
 from __future__ import annotations
 

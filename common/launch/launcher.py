@@ -61,6 +61,18 @@ def thread_env(threads: int) -> dict:
     return {k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
 
 
+ROOT = Path(__file__).resolve().parents[2]      # the repository
+
+
+def child_env(threads: int, **extra: str) -> dict:
+    """The environment of a process of ours that a command starts: this one's, with the
+    child's thread pools' size (read at import, so set before it starts) and the
+    repository on the module path."""
+    env = {**os.environ, **thread_env(threads), **extra}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return env
+
+
 def log_tail(path, lines: int = 3) -> str:
     """A log's last non-empty lines, joined on one line (for a record's error)."""
     try:

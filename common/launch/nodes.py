@@ -30,9 +30,8 @@ from typing import Callable
 
 from common.facts import registry
 from common.launch import progress
-from common.launch.launcher import LaunchError, log_tail, thread_env
+from common.launch.launcher import ROOT, LaunchError, RankInfo, child_env, log_tail
 
-ROOT = Path(__file__).resolve().parents[2]
 RANK_SCRIPT = ROOT / "common" / "launch" / "rank.py"
 # How each framework's engine starts on a node (registry.Framework.cluster names one)
 LAUNCHERS = {
@@ -127,9 +126,8 @@ def node_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc
 
 
 def _rank_env(rank: int, world: int, local: int, local_world: int, cluster: Cluster) -> dict:
-    return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
-            "LOCAL_WORLD_SIZE": str(local_world), "MASTER_ADDR": cluster.master_addr,
-            "MASTER_PORT": str(cluster.master_port)}
+    return RankInfo(rank, world, local, local_world, cluster.master_addr,
+                    cluster.master_port).env()
 
 
 def servers(framework: str, nodes: int) -> int | None:
@@ -243,8 +241,7 @@ def run(cfg, cluster: Cluster, out_dir: Path, on_line: Callable[[str], None],
     # unset); MXNet runs one worker process per node
     per_node = 1 if registry.facts(cfg.framework).cluster == "dmlc" else cfg.devices
     per_rank = max(1, cfg.threads // per_node)
-    env = {**os.environ, **thread_env(per_rank),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = child_env(per_rank)
     supervise(procs, env, out_dir / "logs", cluster.join_timeout, on_line)
     results = []
     for node in cluster.local_nodes:

@@ -108,7 +108,7 @@ def _finish(record: dict, result: dict, facts: registry.Framework, processes: in
     record.update(result)
     record["device_kind"] = record["device_names"][0].split(":")[0]
     record["processes"] = processes
-    record["native_mechanism"] = facts.native if record["mode"] == "native" else None
+    record["native_mechanism"] = MODES[record["mode"]].mechanism(facts)
     record["execution_mechanism"] = facts.executions.get(record["execution"])
     record["peak_memory_mb"] = peak if peak is not None else _max_rss_mb()
     record["peak_memory_source"] = "device allocator" if peak is not None else "process max RSS"

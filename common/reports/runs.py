@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import statistics
+from types import SimpleNamespace
 
 import numpy as np
 from pathlib import Path
@@ -102,6 +103,15 @@ def timing(record: dict) -> dict:
             "noisy": spread is not None and spread > NOISE_THRESHOLD}
 
 
+# what the report asks of a mode this suite does not know (a record from elsewhere)
+_UNKNOWN_MODE = SimpleNamespace(speedup_against=None, stage_figures=False, by_hand=False)
+
+
+def mode_of(r: dict):
+    """The mode object of a record: the report asks it, never tests a mode's name."""
+    return modes.MODES.get(r["mode"], _UNKNOWN_MODE)
+
+
 def summarize(records: list[dict]) -> list[dict]:
     """One row per record; speed-up and scaling efficiency against the same
     framework's and mode's 1-device run of this comparison, in training images per
@@ -115,7 +125,8 @@ def summarize(records: list[dict]) -> list[dict]:
     rows = []
     for r, t in zip(records, timings):
         sec = t["sec"]
-        one = base.get(pipeline_base(r) if r["mode"] == "model" else key(r)) or base.get(key(r))
+        against = mode_of(r).speedup_against
+        one = (base.get(base_key(r, against)) if against else None) or base.get(key(r))
         # throughput where both rows know it; else (records without their step count)
         # the epoch times
         speedup = (None if not (sec and one) else t["samples"] / one["samples"]
@@ -142,7 +153,7 @@ def summarize(records: list[dict]) -> list[dict]:
             "device kind": r.get("device_kind"),
             "peak MB": r.get("peak_memory_mb"),
             "note": note,
-            **(pipeline_figures(r, t) if r["mode"] == "model" else {}),
+            **(pipeline_figures(r, t) if mode_of(r).stage_figures else {}),
         })
     return rows
 
@@ -153,12 +164,12 @@ PIPELINE_COLUMNS = ("framework", "model", "stages", "M", "processes", "step s", 
                     "hand-over s", "MB/step", "bubble", "GPipe bubble", "vs native x1")
 
 
-def pipeline_base(r: dict) -> tuple:
-    """A model-mode row is timed against the same framework's native 1-device run (in
-    native mode's default execution)."""
-    execution = (registry.default_execution(r["framework"], "native")
+def base_key(r: dict, mode: str) -> tuple:
+    """The 1-device row a row of a mode with `speedup_against` is timed against: the same
+    framework's run in that mode, in its default execution (model mode: native x1)."""
+    execution = (registry.default_execution(r["framework"], mode)
                  if r["framework"] in registry.FRAMEWORKS else None)
-    return r["framework"], r.get("model", "lenet"), "native", execution, bool(r.get("sync_bn"))
+    return r["framework"], r.get("model", "lenet"), mode, execution, bool(r.get("sync_bn"))
 
 
 def pipeline_figures(r: dict, t: dict) -> dict:
@@ -375,7 +386,7 @@ def colour(framework: str):
 
 
 def _style(r: dict) -> dict:
-    return dict(color=colour(r["framework"]), lw=1.2, ls="-" if r["mode"] == "scratch" else "--",
+    return dict(color=colour(r["framework"]), lw=1.2, ls="-" if mode_of(r).by_hand else "--",
                 marker="o" if r["devices"] > 1 else ".")
 
 
@@ -396,7 +407,7 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
     order = {n: i for i, n in enumerate(NAMES)}
     ok = sorted([r for r in records if r["status"] == "ok"],
                 key=lambda r: (r.get("model", "lenet"), order.get(r["framework"], 99),
-                               r["mode"] != "scratch", bool(r.get("sync_bn")), r["devices"]))
+                               not mode_of(r).by_hand, bool(r.get("sync_bn")), r["devices"]))
     if not ok:
         return []
     written = []
@@ -405,7 +416,7 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
     bars = ax.bar(range(len(ok)), [row["samples/s"] or 0 for row in rows],
                   color=[colour(r["framework"]) for r in ok], edgecolor="black", linewidth=0.5)
     for bar, r in zip(bars, ok):
-        if r["mode"] != "scratch":
+        if not mode_of(r).by_hand:
             bar.set_hatch("//")
     for i, row in enumerate(rows):                 # the repeats' range, when there are repeats
         if len(row["runs"]) > 1:

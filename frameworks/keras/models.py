@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 from keras import layers
 
+from common import models
 from common.models import resnet18 as R
 from frameworks.tensorflow.models import BN_MOMENTUM, Models as TensorFlowModels
 
@@ -111,7 +112,6 @@ class Models:
             v.assign(s)
 
     def forward_backward(self, model, params, X, y, state=None):
-        from common import models
         m, (param_vars, state_vars) = self.keras_model(
             model, params, models.get(model).init_state() if state is None else state)
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")

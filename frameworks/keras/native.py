@@ -175,9 +175,7 @@ XLA_ON_CPU_DEVICES = ("fit(jit_compile=True) under MirroredStrategy over logical
 
 
 class Native:
-    def native_trainer(self, model, params, devices, lr, execution, rank=0, world=1,
-                       sync_bn=False):
-        self.check_execution(execution)
+    def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
         if execution == "compiled" and len(devices) > 1 and not devices[0].startswith("gpu"):
             raise NeedsGPU(XLA_ON_CPU_DEVICES)
         return FitTrainer(self, model, params, devices, lr, sync_bn, execution,

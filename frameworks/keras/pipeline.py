@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from common import models
 from common.core.contract import Replica
 
 from frameworks.tensorflow.models import loss_sum
@@ -29,7 +30,6 @@ class Pipeline(TensorFlowPipeline):
         ops, stage = self.model_ops(replica.model), replica.stage
         # the common layout by the model's own conversion, which converts a whole list:
         # the stage's entries among zeros
-        from common import models
         whole = ops.to_framework([np.zeros(s, np.float32) for s in models.get(replica.model).PARAM_SHAPES])
         for i, v in zip(stage.params, replica):
             whole[i] = np.asarray(v.numpy())

@@ -3,7 +3,9 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 from mxnet.gluon import nn
 
+from common.launch.launcher import RankInfo
 from common.core.contract import NotApplicable, Trainer
+from common import models
 from common.facts.data import shard_bounds
 from common.models import resnet18 as R
 
@@ -175,14 +177,9 @@ class Native:
                          "measured: ResNet-18 on 2 CPU contexts hangs in its first step with "
                          "the default 4 copies, after 7 steps with 32, 13-14 with 128 or 256)")
 
-    def native_trainer(self, model, params, devices, lr, execution, rank=0, world=1,
-                       sync_bn=False):
-        self.check_execution(execution)
-        if sync_bn:
-            self.check_sync_bn(devices)
+    def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
         if model not in GLUON_MODELS:
             raise NotApplicable(f"mxnet native mode has no gluon {model} yet")
-        from common import models
         return GluonTrainer(model, params, models.get(model).init_state(), devices, lr, sync_bn,
                             execution, self.kvstore if world > 1 else None, rank, world)
 
@@ -190,7 +187,6 @@ class Native:
     # servers and workers); creating it registers this worker and waits for the rest ---
     def join(self, rank, timeout=None):
         from mxnet import kv
-        from common.launch.launcher import RankInfo
         self.kvstore = kv.create("dist_sync")
         # the scheduler numbers the workers in the order they registered
         return RankInfo(self.kvstore.rank, self.kvstore.num_workers, 0, 1, rank.master_addr,

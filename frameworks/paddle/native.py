@@ -6,7 +6,8 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from common.core.contract import Trainer
+from common.core.contract import ModuleTrainer
+from common import models
 from common.facts.data import shard_bounds
 
 from .models import ResNet18Layer, loss_sum
@@ -45,16 +46,16 @@ class OpsLayer(paddle.nn.Layer):
 LAYERED = {"resnet18": ResNet18Layer}
 
 
-class DataParallelTrainer(Trainer):
+class DataParallelTrainer(ModuleTrainer):
     def __init__(self, layer, lr, rank, world, execution="eager"):
         self.rank, self.world = rank, world
-        self.layer = layer
+        self.module = layer
         # compiled: the layer's forward (training and evaluation) converted by
         # paddle.jit.to_static into static programs; DataParallel wraps it as it is
         self.model = paddle.jit.to_static(layer, full_graph=True) if execution == "compiled" else layer
         if world > 1:
             self.model = paddle.DataParallel(self.model)
-        self.opt = paddle.optimizer.SGD(learning_rate=lr, parameters=self.layer.parameters())
+        self.opt = paddle.optimizer.SGD(learning_rate=lr, parameters=self.module.parameters())
         self.batch = None
 
     def step(self, X, y):
@@ -76,18 +77,10 @@ class DataParallelTrainer(Trainer):
         return sums.numpy() / self.batch
 
     def logits(self, X):
-        self.layer.eval()
+        self.module.eval()
         with paddle.no_grad():
-            return self.layer(paddle.to_tensor(X)).numpy()
+            return self.module(paddle.to_tensor(X)).numpy()
 
-    def replica_params(self):
-        return [self.layer.read()[0]]
-
-    def replica_state(self):
-        return [self.layer.read()[1]]
-
-    def load_params(self, params, state):
-        self.layer.load(params, state)
 
 
 class Native:
@@ -95,14 +88,7 @@ class Native:
                          "DataParallel, its forward: 'The kernel `sync_batch_norm` is not "
                          "registered')")
 
-    def native_trainer(self, model, params, devices, lr, execution, rank=0, world=1,
-                       sync_bn=False):
-        self.check_execution(execution)
-        if sync_bn:
-            self.check_sync_bn(devices)
-        if world == 1 and len(devices) > 1:
-            raise ValueError("Paddle native mode runs one process per device (common.launch.launcher)")
-        from common import models
+    def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
         state = models.get(model).init_state()
         layer = (LAYERED[model](params, state) if model in LAYERED
                  else OpsLayer(self.model_ops(model), params, state))

@@ -8,7 +8,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from common.core.contract import NeedsGPU, NotApplicable, Trainer
+from common import models
+from common.core.contract import ModuleTrainer, NeedsGPU, NotApplicable
 from common.facts.data import shard_bounds
 
 from .devices import compile_check, torch_device
@@ -53,7 +54,7 @@ class OpsModule(nn.Module):
 LAYERED = {"resnet18": ResNet18Module}
 
 
-class DDPTrainer(Trainer):
+class DDPTrainer(ModuleTrainer):
     def __init__(self, module, device, lr, rank, world, execution="eager"):
         self.device, self.rank, self.world = torch_device(device), rank, world
         self.module = module.to(self.device)
@@ -94,14 +95,6 @@ class DDPTrainer(Trainer):
         with torch.no_grad():
             return self.module(torch.from_numpy(X).to(self.device)).cpu().numpy()
 
-    def replica_params(self):
-        return [self.module.read()[0]]
-
-    def replica_state(self):
-        return [self.module.read()[1]]
-
-    def load_params(self, params, state):
-        self.module.load(params, state)
 
 
 class DataParallelTrainer(DDPTrainer):
@@ -140,15 +133,9 @@ class Native:
     sync_bn_needs_gpu = ("torch.nn.SyncBatchNorm works on CUDA devices only (DDP on CPU: "
                          "'SyncBatchNorm layers only work with GPU modules')")
 
-    def native_trainer(self, model, params, devices, lr, execution, rank=0, world=1,
-                       sync_bn=False):
-        self.check_execution(execution)
+    def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
         if execution == "compiled":
             compile_check(devices)
-        if sync_bn:
-            self.check_sync_bn(devices)
-        if world == 1 and len(devices) > 1:
-            raise ValueError("PyTorch native mode runs one process per device (common.launch.launcher)")
         module = self._module(model, params)
         if sync_bn:
             # BatchNorm2d -> SyncBatchNorm: batch statistics all-reduced over the ranks
@@ -156,7 +143,6 @@ class Native:
         return DDPTrainer(module, devices[0], lr, rank, world, execution)
 
     def _module(self, model, params):
-        from common import models
         state = models.get(model).init_state()
         if model in LAYERED:
             return LAYERED[model](params, state)

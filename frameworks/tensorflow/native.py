@@ -98,9 +98,7 @@ class MirroredTrainer(Trainer):
 
 
 class Native:
-    def native_trainer(self, model, params, devices, lr, execution, rank=0, world=1,
-                       sync_bn=False):
-        self.check_execution(execution)
+    def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
         ops = self.model_ops(model)
         if sync_bn:     # a model without BatchNorm has nothing to synchronise
             ops = self.sync_bn_models.get(model, ops)
