@@ -128,7 +128,7 @@ def _measure(args, argv, frameworks: list[str], out: Path) -> int:
                                 seed=args.seed, warmup=args.warmup, threads=args.threads).to_dict()
             if not registry.is_installed(fw):
                 for name in scopes.PLACEMENTS:
-                    r = _failed(cfg, name, f"not installed: {registry.install_hint(fw)}",
+                    r = _failed(cfg, name, registry.not_installed(fw),
                                 status="not-installed")
                     write_atomic(out / scopes.record_filename(fw, name), r)
                     records.append(r)

@@ -176,7 +176,7 @@ def _measure(args, argv, frameworks, experiments, kinds, out: Path) -> int:
             task = progress.add_task(fw, total=len(experiments), status="")
             if not registry.is_installed(fw):
                 for name in experiments:
-                    r = _failed_record(fw, name, f"not installed: {registry.install_hint(fw)}",
+                    r = _failed_record(fw, name, registry.not_installed(fw),
                                        cfg, status="not-installed")
                     write_atomic(out / record_filename(fw, name), r)
                     records.append(r)

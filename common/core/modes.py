@@ -13,7 +13,9 @@ from common import models
 from common.facts import machine, registry
 from common.core.contract import Backend, NotApplicable, Trainer
 from common.core.pipeline import PipelineTrainer, stages
+from common.core.plan import RunConfig
 from common.core.scratch import ScratchTrainer
+
 
 @dataclass(frozen=True)
 class Mode(ABC):
@@ -26,11 +28,11 @@ class Mode(ABC):
     # what the report asks of a mode: the mode whose 1-device row its speed-up is set
     # against (None: its own), whether its rows carry per-stage figures (their own
     # table), whether it is the chapter's code written by hand (drawn solid, first)
-    speedup_against = None        # a mode name, or None
+    speedup_against = None
     stage_figures = False
     by_hand = False
     # the RunConfig fields (compare's options) that only this mode reads
-    options = ()                  # RunConfig field names
+    options = ()
 
     def mechanism(self, facts: registry.Framework) -> str | None:
         """The framework's machinery this mode runs on, for the record (None: the suite's own)."""
@@ -55,11 +57,11 @@ class Mode(ABC):
         """The n devices a run of this mode uses (the backend's choice by default)."""
         return backend.devices(n)
 
-    def precheck(self, backend: Backend, cfg, devices: list[str]) -> None:
+    def precheck(self, backend: Backend, cfg: RunConfig, devices: list[str]) -> None:
         """Raise NotApplicable before any process starts where the run cannot go."""
 
     @abstractmethod
-    def trainer(self, backend: Backend, cfg, devices: list[str], rank: int = 0,
+    def trainer(self, backend: Backend, cfg: RunConfig, devices: list[str], rank: int = 0,
                 world: int = 1) -> Trainer:
         """The trainer of a run with RunConfig `cfg` on `devices` (in rank `rank` of `world`)."""
 

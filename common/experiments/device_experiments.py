@@ -10,6 +10,8 @@ the median reported with min and max.
 """
 from __future__ import annotations
 
+import ctypes
+import glob
 import json
 import os
 import statistics
@@ -142,8 +144,6 @@ def numpy_blas() -> str:
     """NumPy's BLAS and, for OpenBLAS, the CPU kernel it picked at run time (an
     OpenBLAS that does not recognise the CPU falls back to the slow generic
     'Prescott' kernel; OPENBLAS_CORETYPE overrides the choice)."""
-    import ctypes
-    import glob
     libs = glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*"))
     for lib in libs:
         try:

@@ -44,22 +44,36 @@ def init_state() -> list[np.ndarray]:
 
 # --- NumPy reference (float64 inside, so that it is the more exact side) ---
 
+def _windows(X, k):
+    """Every k x k window of X (N,C,H,W) as a row: (N*Ho*Wo, C*k*k), im2col."""
+    n, c = X.shape[:2]
+    cols = sliding_window_view(X, (k, k), axis=(2, 3))            # N,C,Ho,Wo,k,k
+    ho, wo = cols.shape[2:4]
+    return cols.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, c * k * k), (ho, wo)
+
+
 def _conv(X, W, b):
-    k = W.shape[-1]
-    cols = sliding_window_view(X, (k, k), axis=(2, 3))          # N,C,Ho,Wo,k,k
-    return np.einsum("nchwij,ocij->nohw", cols, W, optimize=True) + b[None, :, None, None]
+    o, k = W.shape[0], W.shape[-1]
+    rows, (ho, wo) = _windows(X, k)
+    out = rows @ W.reshape(o, -1).T                                # one GEMM (float64 BLAS)
+    return out.reshape(len(X), ho, wo, o).transpose(0, 3, 1, 2) + b[None, :, None, None]
 
 
 def _conv_backward(X, W, dout, need_dx):
-    k = W.shape[-1]
-    cols = sliding_window_view(X, (k, k), axis=(2, 3))
-    dW = np.einsum("nchwij,nohw->ocij", cols, dout, optimize=True)
+    o, c, k = W.shape[0], W.shape[1], W.shape[-1]
+    rows, _ = _windows(X, k)
+    d2 = dout.transpose(0, 2, 3, 1).reshape(-1, o)                 # (N*Ho*Wo, O)
+    dW = (d2.T @ rows).reshape(W.shape)
     db = dout.sum(axis=(0, 2, 3))
     if not need_dx:
         return None, dW, db
-    padded = np.pad(dout, ((0, 0), (0, 0), (k - 1, k - 1), (k - 1, k - 1)))
-    windows = sliding_window_view(padded, (k, k), axis=(2, 3))   # full correlation
-    dX = np.einsum("nohwij,ocij->nchw", windows, W[:, :, ::-1, ::-1], optimize=True)
+    # col2im: each window's gradient (a row of d2 @ W) added back where the window lay
+    ho, wo = dout.shape[2:]
+    dcols = (d2 @ W.reshape(o, -1)).reshape(len(X), ho, wo, c, k, k)
+    dX = np.zeros(X.shape)
+    for i in range(k):
+        for j in range(k):
+            dX[:, :, i:i + ho, j:j + wo] += dcols[:, :, :, :, i, j].transpose(0, 3, 1, 2)
     return dX, dW, db
 
 
