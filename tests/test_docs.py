@@ -3,9 +3,8 @@
 - Every line of a fenced code block that runs `python -m benchmarks.X ...` (also
   `.venv/bin/python -m ...`, with environment assignments in front) names a module that
   exists, and its arguments are accepted by that command's own argument parser, checked
-  in process: `build_parser()` where the module has one, else its `main(argv)` with
-  argparse stopped right after parsing, so that no benchmark runs. `--help` of every
-  command runs once in a subprocess too.
+  in process by its `build_parser()` (every command has one), so that no benchmark
+  runs. `--help` of every command runs once in a subprocess too.
 - Every `make TARGET ...` line names a target of the Makefile; where the target's recipe
   runs a benchmarks command with `$(ARGS)`, the ARGS given are parsed as above.
 - A block that is a synopsis rather than a command is marked by the line
@@ -22,7 +21,6 @@ Only `benchmarks.<module>` is imported here, never a framework (checked in a sub
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import io
@@ -163,29 +161,6 @@ class Rejected(AssertionError):
     """A documented command whose arguments its parser does not accept."""
 
 
-class _Parsed(Exception):
-    """Raised instead of running a command once argparse has parsed its arguments."""
-
-
-def _parse_in_main(module, args: list[str]) -> None:
-    """Call module.main(args) with argparse stopped right after parsing: no benchmark
-    runs. Every parse goes through ArgumentParser.parse_known_args."""
-    original = argparse.ArgumentParser.parse_known_args
-
-    def parse_only(self, args=None, namespace=None):
-        namespace, extras = original(self, args, namespace)
-        if extras:
-            self.error("unrecognized arguments: " + " ".join(extras))
-        raise _Parsed(namespace)
-
-    argparse.ArgumentParser.parse_known_args = parse_only
-    try:
-        module.main(args)
-    finally:
-        argparse.ArgumentParser.parse_known_args = original
-    raise AssertionError(f"{module.__name__}.main returned without parsing its arguments")
-
-
 def check_arguments(module_name: str, args) -> None:
     """Raise Rejected unless `python -m benchmarks.<module_name> args` parses."""
     args = list(args)
@@ -195,12 +170,12 @@ def check_arguments(module_name: str, args) -> None:
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             build = getattr(module, "build_parser", None)
-            if build is not None:
-                build().parse_args(args)
-            else:
-                _parse_in_main(module, args)
-    except _Parsed:
-        pass
+            if build is None:
+                raise Rejected(f"benchmarks.{module_name} has no build_parser(): every "
+                               "command builds its parser apart from running it")
+            build().parse_args(args)
+    except Rejected:
+        raise
     except SystemExit as e:
         if e.code not in (0, None):
             said = err.getvalue().strip().splitlines() or [""]
@@ -419,7 +394,7 @@ def test_no_framework_is_imported():
                                            if module_exists(c.name) and not c.template}))
 def test_parser_check_rejects_a_planted_bad_option(module: str):
     """A documented command of each module with a bad option planted in a copy: the check
-    must reject it, through build_parser() or through main() alike."""
+    must reject it."""
     command = next(c for c in MODULE_COMMANDS if c.name == module and not c.template)
     check_arguments(module, command.args)
     with pytest.raises(Rejected, match="no-such-option"):
