@@ -156,6 +156,20 @@ class Native:
         dist.init_process_group("nccl" if gpu else "gloo", init_method="env://",
                                 rank=rank.rank, world_size=rank.world_size, **kwargs)
 
+    # how long a rank waits at the closing barrier for its peers (one still evaluating
+    # on the test set, or a dead one on a failed run's way out)
+    LEAVE_TIMEOUT = datetime.timedelta(seconds=60)
+
     def leave(self):
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        if not dist.is_initialized():
+            return
+        if dist.get_backend() == "gloo":
+            # every rank's collectives end before any rank tears its connections down: a
+            # rank whose peer destroyed the group under its gloo threads aborted ("terminate
+            # called without an active exception", exit -6; seen in 2 of 12 runs of 2 ranks
+            # pinned to a core each)
+            try:
+                dist.monitored_barrier(timeout=self.LEAVE_TIMEOUT)
+            except RuntimeError:
+                pass                     # a peer is gone: nothing left to wait for
+        dist.destroy_process_group()
