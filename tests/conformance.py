@@ -369,18 +369,30 @@ def _trainer_matches_oracle(b, name, mode, execution, devices=None):
             np.testing.assert_array_equal(s, w, err_msg=f"{what}: load_params did not reset {sname}")
 
 
+def _predict_matches_oracle(predicted, want_logits, tol, what):
+    """The predicted classes are the oracle's labels (the argmax of its logits) on every
+    image whose top two oracle logits lie further apart than the logits' tolerance lets
+    the trainer's move (elsewhere rounding may pick either); those are nearly all."""
+    top2 = np.sort(want_logits, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 2 * tol * np.abs(want_logits).max()
+    assert clear.mean() >= 0.9, f"{what}: only {clear.mean():.0%} of the oracle's labels are clear"
+    labels = want_logits.argmax(axis=1)
+    wrong = np.flatnonzero((np.asarray(predicted) != labels) & clear)
+    assert not len(wrong), (f"{what}: predict gave {np.asarray(predicted)[wrong[:5]]} where the "
+                            f"oracle's labels are {labels[wrong[:5]]} (images {wrong[:5]})")
+
+
 def _evaluation_matches_oracle(trainer, model, tol, what):
     """The trainer's evaluation logits are the oracle's evaluation-mode forward with the
     trainer's own parameters and running statistics (an evaluation that normalised with
     the batch's statistics instead would differ by far more than float32 rounding), its
-    predictions their argmax, and evaluating changes no parameter or state."""
+    predictions the oracle's labels, and evaluating changes no parameter or state."""
     params, state = trainer.replica_params()[0], trainer.replica_state()[0]
     X, _ = _batch(ORACLE_BATCH[model.NAME], seed=7)
     want = model.forward(params, X, state=[s.astype(np.float64) for s in state], training=False)
     _close(f"{what} evaluation logits vs the oracle's evaluation forward", trainer.logits(X), want,
            tol["logits"])
-    np.testing.assert_array_equal(trainer.predict(X), np.asarray(trainer.logits(X)).argmax(axis=1),
-                                  err_msg=f"{what}: predict is not the argmax of the logits")
+    _predict_matches_oracle(trainer.predict(X), want, tol["logits"], what)
     for pname, p, q in zip(model.PARAM_NAMES, params, trainer.replica_params()[0]):
         np.testing.assert_array_equal(p, q, err_msg=f"{what}: evaluating changed {pname}")
     for sname, s, q in zip(model.STATE_NAMES, state, trainer.replica_state()[0]):
