@@ -6,7 +6,12 @@ Measures, and writes to OUT_JSON, what tests/test_device_scopes.py judges (the
 tolerances live there, beside their reasons): the framework's forward and backward
 pass against the NumPy oracle on both placements (short sequences, and once the
 chapter's T=140), a few SGD steps on each placement against the oracle's and against
-each other, and where the framework says each part ran."""
+each other, and where the framework says each part ran. Where the framework has one
+CPU device (PyTorch, Paddle) the two-branch placement is one device; the
+"two-branch-replica" variant then forces branch b onto a copy of the shared weights
+(the cross-device code path, on the CPU), and "two-branch-unshared" plants the bug the
+check exists for (branch b's gradient never reaches the shared weights), which the
+oracle checks must catch."""
 from __future__ import annotations
 
 import json
@@ -43,6 +48,22 @@ def sgd(s: scopes.Scopes, params, batches) -> tuple[list[float], list[np.ndarray
     return losses, s.read_params()
 
 
+def unshared(s: scopes.Scopes) -> scopes.Scopes:
+    """The framework's Scopes with a planted bug: branch b trains on its own copy of the
+    LSTM weights, whose gradient never reaches the shared ones."""
+    base = type(s)
+
+    class Unshared(base):
+        def _branch_b_weights(self):                     # PyTorch: detached copies
+            return {k: v.detach() for k, v in base._branch_b_weights(self).items()}
+
+        def _with_replica_grads(self, grads):            # Paddle: b's share dropped
+            return grads
+    planted = Unshared(s.backend)
+    planted.__dict__.update(s.__dict__)
+    return planted
+
+
 def run(framework: str) -> dict:
     s = scopes.load(framework)
     s.setup(threads=int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -51,14 +72,18 @@ def run(framework: str) -> dict:
     want_losses, want_params = scopes.sgd_steps(params, batches, LR)
     out = {"placements": {}, "oracle_losses": want_losses.tolist()}
     variants = dict(s.placements())
-    if framework == "paddle":     # its replica of branch b, which only GPUs would use, on the CPU
-        variants["two-branch-replica"] = variants["two-branch"]
+    two = variants["two-branch"]
+    forced = hasattr(s, "replicate") and not isinstance(two, str) and len(two.devices()) == 1
+    if forced:    # the copy for branch b that distinct devices would make, on one CPU device
+        variants["two-branch-replica"] = variants["two-branch-unshared"] = two
     finals = {}
     for name, placement in variants.items():
         if isinstance(placement, str):
             out["placements"][name] = {"not_applicable": placement}
             continue
-        s.replicate = True if name.endswith("replica") else None
+        if name == "two-branch-unshared":
+            s = unshared(s)
+        s.replicate = True if name != "one-device" and forced else None
         s.build(params, placement)
         small = oracle_errors(s, params, **SMALL)
         full = oracle_errors(s, params, **FULL) if name == "two-branch" else None

@@ -42,8 +42,12 @@ def checks(tmp_path_factory):
     return per_framework(tmp_path_factory, "tests.scopes_checks", threads=1, timeout=300)
 
 
+PLANTED = "two-branch-unshared"     # scopes_checks' planted bug: it must fail the checks
+
+
 def _ran(result):
-    return {k: v for k, v in result["placements"].items() if "not_applicable" not in v}
+    return {k: v for k, v in result["placements"].items()
+            if "not_applicable" not in v and k != PLANTED}
 
 
 @pytest.mark.parametrize("framework", covered())
@@ -64,6 +68,24 @@ def test_sgd_steps_equal_the_oracle(checks, framework):
     for name, r in _ran(checks(framework)).items():
         assert r["loss_vs_oracle"] < TOL["step_loss"], (name, r["losses"])
         assert r["params_vs_oracle"] < TOL["params"], (name, r["params_vs_oracle"])
+
+
+@pytest.mark.parametrize("framework", covered())
+def test_the_cross_device_path_runs_and_a_planted_unshared_branch_fails(checks, framework):
+    """Where the framework has one CPU device (PyTorch, Paddle without GPUs) the
+    two-branch run forces branch b onto a copy of the shared weights, the path distinct
+    devices take, and is held to the oracle above; planting the bug that copy exists to
+    avoid (branch b's gradient never reaches the shared weights) fails those checks."""
+    result = checks(framework)
+    two = _ran(result)["two-branch"]
+    if len(set(two["placement"].values())) > 1:
+        assert PLANTED not in result["placements"], "distinct devices: nothing to force"
+        return
+    assert "two-branch-replica" in result["placements"], "the copy path did not run"
+    planted = result["placements"][PLANTED]
+    lstm = {k: v for k, v in planted["small"]["grads"].items() if k in scopes.PARAM_NAMES[:3]}
+    assert min(lstm.values()) > 100 * TOL["grads"], f"the planted bug passed: {lstm}"
+    assert planted["params_vs_oracle"] > 100 * TOL["params"], planted["params_vs_oracle"]
 
 
 @pytest.mark.parametrize("framework", covered())

@@ -89,11 +89,15 @@ class Scopes(scopes.Scopes):
                 layer.clear_gradients()
         loss, z, _, _ = self._forward(Xa, Xb, y)
         loss.backward()
-        grads = [p.grad for p in self._mine()]
-        if self.replica is not None:                      # branch b's share of the gradient
+        return loss, z, self._with_replica_grads([p.grad for p in self._mine()])
+
+    def _with_replica_grads(self, grads):
+        """Branch b's share of the shared weights' gradient, carried to branch a's place
+        and added (where branch b runs a replica)."""
+        if self.replica is not None:
             for i, theirs in enumerate(_trained(self.replica)):
                 grads[i] = grads[i] + self.backend.to_device(theirs.grad, self.dev["branch_a"])
-        return loss, z, grads
+        return grads
 
     def forward_backward(self, Xa, Xb, y):
         loss, z, grads = self._backward(Xa, Xb, y)

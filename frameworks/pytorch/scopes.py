@@ -19,9 +19,14 @@ class Scopes(scopes.Scopes):
                "same module through torch.func.functional_call on copies of its parameters "
                "made with .to(branch b's device) in every step; autograd carries their "
                "gradients back onto the originals, where branch a's add to them (on one "
-               "device .to returns the parameter itself: nothing is copied). nn.LSTM's gate "
+               "device .to returns the parameter itself: nothing is copied, unless `replicate` "
+               "asks for the copy there too). nn.LSTM's gate "
                "order is the common i, f, g, o; the common bias is bias_ih_l0, and bias_hh_l0 "
                "is held at zero and not trained (their sum is the gate bias)")
+
+    # True: copy the shared weights for branch b even where it shares branch a's device
+    # (the tests use it to run the copy and the gradient's way back on a CPU); None: .to
+    replicate = None
 
     def build(self, params, placement):
         self.dev = placement.translated(torch_device)
@@ -49,12 +54,18 @@ class Scopes(scopes.Scopes):
     def _forward(self, Xa, Xb, y):
         dev = self.dev
         _, (ha, _) = self.lstm(_t(Xa, dev["branch_a"]))
-        shared = {k: v.to(dev["branch_b"]) for k, v in self.lstm.named_parameters()}
-        _, (hb, _) = functional_call(self.lstm, shared, (_t(Xb, dev["branch_b"]),))
+        _, (hb, _) = functional_call(self.lstm, self._branch_b_weights(),
+                                     (_t(Xb, dev["branch_b"]),))
         hab = torch.cat([ha[-1].to(dev["merge"]), hb[-1].to(dev["merge"])], dim=1)
         z = self.head(hab)[:, 0]
         loss = F.binary_cross_entropy_with_logits(z, _t(y, dev["merge"]))
         return loss, z, ha, hb
+
+    def _branch_b_weights(self):
+        """Branch b's copies of the shared LSTM weights, on its device; autograd carries
+        their gradient back onto the originals."""
+        copy = (lambda v: v.clone()) if self.replicate else (lambda v: v.to(self.dev["branch_b"]))
+        return {k: copy(v) for k, v in self.lstm.named_parameters()}
 
     def forward_backward(self, Xa, Xb, y):
         loss, z, _, _ = self._forward(Xa, Xb, y)
