@@ -28,9 +28,9 @@ compare: $(STAMP) data
 	$(PY) -m benchmarks.compare --framework all $(ARGS)
 
 # Two test files at a time: most of a test's time is a framework's import and start-up
-# in a process of its own, which a second file's work overlaps on 2 cores (measured:
-# 11.0 min one at a time, see docs/testing.md); a file's tests stay together (--dist loadfile),
-# since they share their cached runs.
+# in a process of its own, which a second file's work overlaps on 2 cores (the measured
+# times are in docs/testing.md); a file's tests stay together (--dist loadfile), since
+# they share their cached runs.
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile $(ARGS)
 

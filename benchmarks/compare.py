@@ -41,7 +41,7 @@ from .runner import Interrupts, run_config
 ROOT = Path(__file__).resolve().parent.parent
 PLAN_FILE = "comparison.json"      # what a results folder was asked to hold (for --resume)
 # Chosen so that `make compare` on a 2-core CPU ends within 15 minutes and every
-# row shows a model that learned (README, "What the default run shows"): the first
+# row shows a model that learned (docs/compare.md, "Defaults, and why"): the first
 # epoch sits on the ln 10 plateau, the second ends at 0.67-0.71 test accuracy, the
 # third at 0.75-0.77 for every framework and mode (measured). Without GPUs the
 # default runs 1 device: virtual devices share the same cores (ideal speed-up 1).

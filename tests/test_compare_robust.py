@@ -176,7 +176,7 @@ def test_repeat_2_gives_two_figures_per_row(tmp_path):
 
 def test_default_shows_learning_within_the_budget_on_a_cpu():
     args = compare.build_parser().parse_args([])
-    # the first epoch sits on the ln 10 plateau, the second ends near 0.70 (README)
+    # the first epoch sits on the ln 10 plateau, the second ends near 0.70 (docs/compare.md)
     assert args.epochs == compare.DEFAULT_EPOCHS == 3
     # virtual CPU devices share the cores: not in the default
     assert compare.CPU_DEFAULT_DEVICES == [1]
