@@ -72,6 +72,9 @@ def build_parser() -> Parser:
                    help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}")
     p.add_argument("--model", default="lenet", choices=models.NAMES,
                    help="the network to train (resnet18 costs about 200x LeNet per image)")
+    p.add_argument("--init", default=RUN_DEFAULTS["init"], choices=models.INITS,
+                   help="how the weights start, the same NumPy arrays in every framework: " +
+                        "; ".join(f"{k}: {v}" for k, v in models.INITS.items()))
     p.add_argument("--mode", default=None,
                    help="all, or a comma-separated list of (default: " +
                         ",".join(m.name for m in MODES.values() if m.default) +
@@ -323,7 +326,7 @@ def resume_plan(args, given: set[str]) -> Plan:
 
 
 # record fields that must agree between the runs of one results folder
-SAME_IN_A_FOLDER = ("model", "dataset", "epochs", "batch_size", "batch_per_device", "lr",
+SAME_IN_A_FOLDER = ("model", "init", "dataset", "epochs", "batch_size", "batch_per_device", "lr",
                     "sync_bn", "seed", "cores_per_device", "eval_samples", "micro_batches")
 
 

@@ -127,6 +127,11 @@ class Trainer(ABC):
     def load_params(self, params: Sequence[np.ndarray], state: Sequence[np.ndarray]) -> None:
         """Overwrite every replica's parameters and state (used after the warm-up)."""
 
+    def param_fingerprint(self) -> list[list[float]]:
+        """common.models.fingerprint of the first replica's parameters (every rank calls it
+        at the end of training: a trainer spread over processes gathers it)."""
+        return models_mod.fingerprint(self.replica_params()[0])
+
     def figures(self) -> dict:
         """Figures of the run that only this mode has, for the record (model mode: per-stage
         times, bytes between stages, bubble); called by every rank at the end of training."""

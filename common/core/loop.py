@@ -35,7 +35,7 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     """Warm up, reset to the initial weights, then train and time cfg.epochs epochs.
     The device is synchronised before every clock read."""
     model = models.get(cfg.model)
-    params0, state0 = model.init_params(cfg.seed), model.init_state()
+    params0, state0 = model.init_params(cfg.seed, cfg.init), model.init_state()
     orders = [data_mod.batch_order(len(ds.X_train), cfg.batch_size, e, cfg.seed)
               [: cfg.steps_per_epoch] for e in range(cfg.epochs)]
     X_test, y_test = ds.X_test[: cfg.eval_samples], ds.y_test[: cfg.eval_samples]
@@ -107,4 +107,5 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     out["samples_per_sec"] = steps * cfg.batch_size / total if total else None
     out["steps_per_epoch"] = [len(o) for o in orders]
     out.update(trainer.figures())
+    out["param_fingerprint"] = trainer.param_fingerprint()
     return out

@@ -74,7 +74,7 @@ class Scratch(Mode):
             raise NotApplicable("the chapter's scratch mode normalises each shard with its own "
                                 "statistics; synchronised BatchNorm is a native-mode option")
         model = models.get(cfg.model)
-        return ScratchTrainer(backend, cfg.model, model.init_params(cfg.seed), model.init_state(),
+        return ScratchTrainer(backend, cfg.model, model.init_params(cfg.seed, cfg.init), model.init_state(),
                               devices, cfg.lr, cfg.execution)
 
 
@@ -96,14 +96,14 @@ class Native(Mode):
 
     def trainer(self, backend, cfg, devices, rank=0, world=1):
         # on one device BatchNorm has nothing to synchronise with: the plain layer
-        return backend.native_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed),
+        return backend.native_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed, cfg.init),
                                       devices, cfg.lr, cfg.execution, rank, world,
                                       sync_bn=cfg.sync_bn and cfg.devices > 1)
 
 
 class DataParallel(Mode):
     def trainer(self, backend, cfg, devices, rank=0, world=1):
-        return backend.dataparallel_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed),
+        return backend.dataparallel_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed, cfg.init),
                                             devices, cfg.lr, cfg.execution)
 
 
@@ -146,7 +146,7 @@ class Model(Mode):
 
     def trainer(self, backend, cfg, devices, rank=0, world=1):
         model = models.get(cfg.model)
-        return PipelineTrainer(backend, cfg.model, model.init_params(cfg.seed), model.init_state(),
+        return PipelineTrainer(backend, cfg.model, model.init_params(cfg.seed, cfg.init), model.init_state(),
                                devices, cfg.lr, cfg.micro_batches, rank, world)
 
 

@@ -228,6 +228,19 @@ class PipelineTrainer(Trainer):
     def replica_params(self):
         return [self._whole()[0]]        # one model, cut across the devices
 
+    def param_fingerprint(self):
+        if self.world == 1:
+            return super().param_fingerprint()
+        # each rank holds its stages' parameters: their fingerprints, gathered (every
+        # rank's row is zero but for its own parameters)
+        n = len(self.params0)
+        mine = np.zeros((n, 2))
+        for s, r in self.replicas.items():
+            params, _ = self.backend.read_stage(r)
+            own = self.stages[s].params
+            mine[list(own)] = models.fingerprint(params, own)
+        return self.backend.gather_floats(mine.ravel()).sum(axis=0).reshape(n, 2).tolist()
+
     def replica_state(self):
         return [self._whole()[1]]
 

@@ -5,7 +5,8 @@
                               conv weights OIHW, dense weights (in, out))
     STATE_NAMES, STATE_SHAPES state that training updates besides the parameters
                               (BatchNorm's running statistics; empty for LeNet)
-    init_params(seed), init_state()   the initial values every framework starts from
+    init_params(seed, init), init_state()   the initial values every framework starts
+                              from (init: a name in INITS)
     forward(params, X, state=None, training=False)          logits (float64)
     loss_and_grads(params, X, y, state=None, unbiased_running_var=True)
                               summed cross-entropy, logits and the gradient of the sum
@@ -27,6 +28,41 @@ import numpy as np
 from common.facts.data import shard_bounds
 
 NAMES = ("lenet", "resnet18")
+# How the weights start (the same NumPy arrays for every framework); biases start at
+# zero and BatchNorm at scale 1, shift 0 in both.
+INITS = {
+    "chapter": "the chapter's: every conv and dense weight ~ N(0, 0.01^2)",
+    "glorot": "Glorot (Xavier) uniform, U(+-sqrt(6 / (fan_in + fan_out))): Keras's default, "
+              "and d2l's xavier_uniform; every layer's signal and gradient far from zero",
+}
+
+
+FINGERPRINT_SEED = 20261124
+
+
+def fingerprint(params, indices=None) -> list[list[float]]:
+    """Per parameter tensor, its L2 norm and its projection on a fixed random direction
+    (float64): what a run's record keeps of its final parameters, so that runs in other
+    processes (ranks, stages, nodes) can be compared parameter by parameter. `indices`:
+    the tensors' places in the model's parameter list (a pipeline stage's), which fix
+    their directions."""
+    out = []
+    for i, p in zip(range(len(params)) if indices is None else indices, params):
+        p = np.asarray(p, np.float64).ravel()
+        direction = np.random.default_rng([FINGERPRINT_SEED, i]).standard_normal(p.size)
+        out.append([float(np.linalg.norm(p)), float(p @ direction)])
+    return out
+
+
+def weight(init: str, shape: tuple, fan_in: int, fan_out: int, rng, scale: float) -> np.ndarray:
+    """One weight tensor, float32: `scale` x N(0, 1) for the chapter's init (its scale
+    is the model's), Glorot uniform for "glorot"."""
+    if init == "chapter":
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+    if init == "glorot":
+        limit = np.sqrt(6.0 / (fan_in + fan_out))
+        return rng.uniform(-limit, limit, shape).astype(np.float32)
+    raise ValueError(f"unknown init {init!r}; choose from: {', '.join(INITS)}")
 
 
 class UnknownModel(ValueError):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from common import models
+
 NAME = "lenet"
 PARAM_NAMES = ("W1", "b1", "W2", "b2", "W3", "b3", "W4", "b4")
 PARAM_SHAPES = ((20, 1, 3, 3), (20,), (50, 20, 5, 5), (50,),
@@ -31,11 +33,19 @@ UNITS = (("conv block", (0, 1, 2, 3), (), (50, 4, 4)),
 UNIT_COST = (1, 1)                # two units: any cost gives the one cut
 
 
-def init_params(seed: int) -> list[np.ndarray]:
-    """Weights ~ N(0, 1) * 0.01, biases zero, float32: the chapter's initialisation."""
+def init_params(seed: int, init: str = "chapter") -> list[np.ndarray]:
+    """Weights as `init` says (common.models.INITS; the chapter's: N(0, 1) x 0.01),
+    biases zero, float32."""
     rng = np.random.default_rng(seed)
-    return [(rng.standard_normal(s) * INIT_SCALE).astype(np.float32) if len(s) > 1
-            else np.zeros(s, np.float32) for s in PARAM_SHAPES]
+    out = []
+    for s in PARAM_SHAPES:
+        if len(s) == 4:      # conv OIHW
+            out.append(models.weight(init, s, s[1] * s[2] * s[3], s[0] * s[2] * s[3], rng, INIT_SCALE))
+        elif len(s) == 2:    # dense (in, out)
+            out.append(models.weight(init, s, s[0], s[1], rng, INIT_SCALE))
+        else:
+            out.append(np.zeros(s, np.float32))
+    return out
 
 
 def init_state() -> list[np.ndarray]:

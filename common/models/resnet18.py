@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from common import models
+
 NAME = "resnet18"
 NUM_CLASSES = 10
 IMAGE_SHAPE = (1, 28, 28)
@@ -167,14 +169,18 @@ HEAD = len(UNITS) - 1         # the head's unit: global average pooling and FC
 UNIT_COST = tuple(_unit_macs())
 
 
-def init_params(seed: int) -> list[np.ndarray]:
-    """The chapter's initialisation: conv and dense weights ~ N(0, 0.01^2), biases zero,
-    BatchNorm scale 1 and shift 0; float32."""
+def init_params(seed: int, init: str = "chapter") -> list[np.ndarray]:
+    """Conv and dense weights as `init` says (common.models.INITS; the chapter's:
+    N(0, 0.01^2)), biases zero, BatchNorm scale 1 and shift 0; float32."""
     rng = np.random.default_rng(seed)
     out = []
     for shape, kind in zip(PARAM_SHAPES, PARAM_KINDS):
-        if kind in ("conv_weight", "dense_weight"):
-            out.append((rng.standard_normal(shape) * INIT_SCALE).astype(np.float32))
+        if kind == "conv_weight":     # OIHW
+            field = int(np.prod(shape[2:]))
+            out.append(models.weight(init, shape, shape[1] * field, shape[0] * field, rng,
+                                     INIT_SCALE))
+        elif kind == "dense_weight":  # (in, out)
+            out.append(models.weight(init, shape, shape[0], shape[1], rng, INIT_SCALE))
         elif kind == "bn_gamma":
             out.append(np.ones(shape, np.float32))
         else:

@@ -15,14 +15,15 @@ FAILED = ("failed", "diverged")     # statuses that make compare exit 1
 # Every key a run record has (a test checks that runs write these and no others).
 RECORD_KEYS = (
     # what was run
-    "framework", "framework_version", "model", "mode", "devices", "device_names", "device_kind",
+    "framework", "framework_version", "model", "init", "mode", "devices", "device_names", "device_kind",
     "processes", "native_mechanism", "execution", "execution_mechanism", "dataset", "epochs",
     "batch_size", "batch_per_device", "scaling", "lr", "sync_bn", "seed", "threads", "cores_per_device", "cpu_affinity",
     "eval_samples",
     # what it measured
     "warmup_sec", "compile_sec", "estimated_sec_per_epoch", "sec_per_epoch", "steps_per_epoch",
     "samples_per_sec", "eval_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
-    "step_losses", "peak_memory_mb", "peak_memory_source", "diverged_step", "last_finite_loss",
+    "step_losses", "param_fingerprint", "peak_memory_mb", "peak_memory_source", "diverged_step",
+    "last_finite_loss",
     "target_accuracy", "epochs_to_target", "sec_to_target",
     # model mode (the pipeline, common/core/pipeline.py); None in the other modes but micro_batches
     "micro_batches", "stages", "stage_devices", "stage_sec", "handover_sec",
@@ -54,7 +55,8 @@ def _default_execution(framework: str, mode: str) -> str | None:
 def new_record(cfg: RunConfig) -> dict:
     """A record with every key, filled from the config; the run fills in the rest."""
     record = dict.fromkeys(RECORD_KEYS)
-    record.update(framework=cfg.framework, model=cfg.model, mode=cfg.mode, devices=cfg.devices,
+    record.update(framework=cfg.framework, model=cfg.model, init=cfg.init, mode=cfg.mode,
+                  devices=cfg.devices,
                   execution=cfg.execution,
                   dataset=cfg.dataset, epochs=cfg.epochs, batch_size=cfg.batch_size,
                   batch_per_device=cfg.batch_per_device,
