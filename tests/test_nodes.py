@@ -18,7 +18,7 @@ from common import models
 from common.launch.launcher import free_port
 from tests.conftest import ROOT, covered, interrupt, subprocess_env
 from tests.conftest import RUN_SHAPE
-from tests.test_training import _agree, _ok
+from tests.test_training import GLOROT_LOSS_ATOL, _agree, _ok, _same_params
 
 STEPS = 4
 JOIN_TIMEOUT = 60        # seconds; each test's bound on a lost node
@@ -27,36 +27,46 @@ JOIN_TIMEOUT = 60        # seconds; each test's bound on a lost node
 _ONE = []
 
 
+# From Glorot weights, where every parameter's update moves the loss (from the chapter's
+# N(0, 0.01^2) weights only the output bias does in the first steps, and a node that
+# skipped part of the all-reduce could pass on the losses)
+INIT = "glorot"
+
+
 def _one_process():
-    """The NumPy oracle's first STEPS losses on the full batches of the runs (once)."""
+    """The NumPy oracle on the full batches of the runs (once): its first STEPS losses
+    and the fingerprint of its final parameters."""
     if not _ONE:
         model, ds = models.get("lenet"), data.synthetic(0)
         shape = RUN_SHAPE["lenet"]
         order = data.batch_order(len(ds.X_train), shape["batch_size"], 0, 0)[:STEPS]
-        _ONE.append(models.sgd_steps(model, model.init_params(0),
-                                     [(ds.X_train[i], ds.y_train[i]) for i in order],
-                                     shape["lr"], state=model.init_state())[0])
+        losses, params = models.sgd_steps(model, model.init_params(0, INIT),
+                                          [(ds.X_train[i], ds.y_train[i]) for i in order],
+                                          shape["lr"], state=model.init_state())
+        _ONE.append((losses, models.fingerprint(params)))
     return _ONE[0]
 
 
 def _two_nodes(worker_record, framework):
     return worker_record(framework, "native", 1, steps=STEPS, nodes=2, launcher="local",
-                         join_timeout=JOIN_TIMEOUT)
+                         join_timeout=JOIN_TIMEOUT, init=INIT)
 
 
 @pytest.mark.parametrize("framework", covered())
 def test_two_simulated_nodes_train_as_one_process(worker_record, framework):
-    """Against the NumPy oracle of one process on the full batch, which every
-    framework's own 1-process run is held to in test_training (within the same
-    tolerances): so the 2 nodes train as the framework's 1 process does."""
+    """Against the NumPy oracle of one process on the full batch, from Glorot weights:
+    the step losses and the final parameters (rank 0's fingerprint)."""
     two = _ok(_two_nodes(worker_record, framework))
     assert (two["nodes"], two["world_size"], two["devices"]) == (2, 2, 1)
     assert len(two["node_sec_per_epoch"]) == 2 and all(two["node_sec_per_epoch"])
     assert two["cluster_launcher"] and two["launcher"] == "local"
     assert two["servers"] == (2 if registry.facts(framework).cluster == "dmlc" else None)
     # the gradients (and losses) of both nodes' shards were summed: else the second
-    # step's loss would be that of half a batch's update
-    _agree(two["step_losses"], _one_process(), "lenet", "(2 nodes vs 1 process, the oracle)")
+    # step's loss would be that of half a batch's update, and the parameters others
+    losses, fingerprint = _one_process()
+    _agree(two["step_losses"], losses, "lenet", "(2 nodes vs 1 process, the oracle)",
+           GLOROT_LOSS_ATOL[:STEPS])
+    _same_params(two["param_fingerprint"], fingerprint, "2 nodes vs 1 process, the oracle")
     assert two["test_accuracy"] is not None
 
 
@@ -130,3 +140,45 @@ def test_ctrl_c_stops_every_process_of_every_node(tmp_path):
                str(tmp_path)], tmp_path, ready=lambda: _rank_processes(1), settle=3)
     time.sleep(2)
     assert not _rank_processes(0) and not _rank_processes(1), "rank processes outlived the run"
+
+
+# A planted bug, in every process of the run (a sitecustomize module on the path): node
+# 1's rank hands the all-reduce zeros instead of its gradient (a DDP communication hook).
+NODE_1_SENDS_ZEROS = """
+import os
+if os.environ.get("RANK") == "1" and os.environ.get("TORCHELASTIC_RUN_ID"):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    _init = DDP.__init__
+
+    def _zeros(state, bucket):
+        grads = bucket.buffer()
+        grads.zero_()
+        return dist.all_reduce(grads, async_op=True).get_future().then(lambda f: f.value()[0])
+
+    def __init__(self, *args, **kwargs):
+        _init(self, *args, **kwargs)
+        self.register_comm_hook(None, _zeros)
+    DDP.__init__ = __init__
+"""
+
+
+def test_the_nodes_check_fails_when_a_node_skips_its_share_of_the_all_reduce(tmp_path):
+    """The check above, with node 1 (torchrun, DDP) sending zeros into the all-reduce:
+    its parameters must fail it."""
+    if "pytorch" not in covered():
+        pytest.skip("needs pytorch")
+    from tests.conftest import THREADS, run_python
+    plant = tmp_path / "plant"
+    plant.mkdir()
+    (plant / "sitecustomize.py").write_text(NODE_1_SENDS_ZEROS)
+    out = tmp_path / "r.json"
+    cfg = {"framework": "pytorch", "mode": "native", "devices": 1, "dataset": "synthetic",
+           "epochs": 1, "threads": THREADS, **RUN_SHAPE["lenet"], "steps_per_epoch": STEPS,
+           "nodes": 2, "launcher": "local", "join_timeout": JOIN_TIMEOUT, "init": INIT}
+    proc = run_python(["-m", "benchmarks.worker", json.dumps(cfg), str(out)], extra_path=str(plant))
+    assert proc.returncode == 0 and out.exists(), proc.stderr[-2000:]
+    planted = _ok(json.loads(out.read_text()))
+    losses, fingerprint = _one_process()
+    with pytest.raises(AssertionError, match="parameters differ"):
+        _same_params(planted["param_fingerprint"], fingerprint, "planted")
