@@ -442,7 +442,8 @@ def run_plan(plan: Plan, out: Path, args, progress: Progress, stop: Interrupts,
             if name in settled or (previous is not None and (
                     previous["status"] == "not-applicable" or len(ok_repeats(previous)) >= rep)):
                 continue
-            label = (f"{cfg.framework} {cfg.mode}" + (f" {cfg.execution}" if cfg.execution else "")
+            label = (f"{cfg.framework} {cfg.mode}"
+                     + ("" if cfg.default_execution else f" {cfg.execution}")
                      + f" x{cfg.devices}" + (f" #{rep}" if plan.repeat > 1 else ""))
             steps = n_train // cfg.batch_size
             steps = min(steps, cfg.steps_per_epoch) if cfg.steps_per_epoch else steps

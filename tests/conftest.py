@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.runner import worker_env
 from common.facts import registry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,9 +35,11 @@ def covered() -> list[str]:
 
 
 def subprocess_env(threads: int = THREADS, extra_path: str | None = None) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TF_CPP_MIN_LOG_LEVEL": "2",
-           "GLOG_minloglevel": "2", "PYTHONWARNINGS": "ignore"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), extra_path, env.get("PYTHONPATH")]))
+    """A worker's environment (benchmarks.runner.worker_env), with `extra_path` first on
+    the module path (fault injection: a fake framework, a planted bug)."""
+    env = worker_env(threads)
+    if extra_path:
+        env["PYTHONPATH"] = os.pathsep.join([extra_path, env["PYTHONPATH"]])
     return env
 
 
@@ -112,6 +115,20 @@ def per_framework(tmp_path_factory, module: str, threads: int = THREADS, timeout
             cache[framework] = json.loads(out.read_text())
         return cache[framework]
     return get
+
+
+def planted_run(tmp_path: Path, plant: str, cfg: dict) -> dict:
+    """The record of a worker run (a RunConfig as a dict) with a bug planted in every
+    process of the run: `plant`, the source of a sitecustomize module on the path, runs
+    at the start of the worker and of every rank and node process it starts."""
+    folder = tmp_path / "plant"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(plant)
+    out = tmp_path / "planted.json"
+    proc = run_python(["-m", "benchmarks.worker", json.dumps({"threads": THREADS, **cfg}), str(out)],
+                      extra_path=str(folder))
+    assert proc.returncode == 0 and out.exists(), proc.stderr[-2000:]
+    return json.loads(out.read_text())
 
 
 @pytest.fixture(scope="session")

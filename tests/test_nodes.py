@@ -16,8 +16,7 @@ import pytest
 from common.facts import data, registry
 from common import models
 from common.launch.launcher import free_port
-from tests.conftest import ROOT, covered, interrupt, subprocess_env
-from tests.conftest import RUN_SHAPE
+from tests.conftest import RUN_SHAPE, ROOT, covered, interrupt, planted_run, subprocess_env
 from tests.test_training import GLOROT_LOSS_ATOL, _agree, _ok, _same_params
 
 STEPS = 4
@@ -168,17 +167,10 @@ def test_the_nodes_check_fails_when_a_node_skips_its_share_of_the_all_reduce(tmp
     its parameters must fail it."""
     if "pytorch" not in covered():
         pytest.skip("needs pytorch")
-    from tests.conftest import THREADS, run_python
-    plant = tmp_path / "plant"
-    plant.mkdir()
-    (plant / "sitecustomize.py").write_text(NODE_1_SENDS_ZEROS)
-    out = tmp_path / "r.json"
-    cfg = {"framework": "pytorch", "mode": "native", "devices": 1, "dataset": "synthetic",
-           "epochs": 1, "threads": THREADS, **RUN_SHAPE["lenet"], "steps_per_epoch": STEPS,
-           "nodes": 2, "launcher": "local", "join_timeout": JOIN_TIMEOUT, "init": INIT}
-    proc = run_python(["-m", "benchmarks.worker", json.dumps(cfg), str(out)], extra_path=str(plant))
-    assert proc.returncode == 0 and out.exists(), proc.stderr[-2000:]
-    planted = _ok(json.loads(out.read_text()))
+    planted = _ok(planted_run(tmp_path, NODE_1_SENDS_ZEROS, {
+        "framework": "pytorch", "mode": "native", "devices": 1, "dataset": "synthetic",
+        "epochs": 1, **RUN_SHAPE["lenet"], "steps_per_epoch": STEPS, "nodes": 2,
+        "launcher": "local", "join_timeout": JOIN_TIMEOUT, "init": INIT}))
     losses, fingerprint = _one_process()
     with pytest.raises(AssertionError, match="parameters differ"):
         _same_params(planted["param_fingerprint"], fingerprint, "planted")

@@ -8,7 +8,7 @@ import pytest
 from common.facts import data, registry
 from common import models
 from common.core.contract import NeedsGPU
-from tests.conftest import RUN_SHAPE, covered
+from tests.conftest import RUN_SHAPE, covered, planted_run
 
 STEPS = 20
 # How closely step losses must agree (absolute), per model: one bound per compared
@@ -287,19 +287,11 @@ def test_model_mode_check_fails_without_the_gradient_handed_back(worker_record, 
     """The check above, with stage 1 handing stage 0 a zero gradient (stages in processes
     of their own, the send/recv path): the step losses may still pass, the parameters
     must not."""
-    from tests.conftest import THREADS, run_python
-    import json
-    plant = tmp_path / "plant"
-    plant.mkdir()
-    (plant / "sitecustomize.py").write_text(ZERO_GRADIENT_BACK)
-    out = tmp_path / "r.json"
-    cfg = {"framework": framework, "mode": "model", "devices": 2, "dataset": "synthetic",
-           "epochs": 1, "threads": THREADS, "batch_size": 256, "lr": 0.2, "eval_samples": 100,
-           "steps_per_epoch": MODEL_RUNS["lenet"]["steps"],
-           "micro_batches": MODEL_RUNS["lenet"]["micro_batches"], "init": "glorot"}
-    proc = run_python(["-m", "benchmarks.worker", json.dumps(cfg), str(out)], extra_path=str(plant))
-    assert proc.returncode == 0 and out.exists(), proc.stderr[-2000:]
-    planted = _ok(json.loads(out.read_text()))
+    planted = _ok(planted_run(tmp_path, ZERO_GRADIENT_BACK, {
+        "framework": framework, "mode": "model", "devices": 2, "dataset": "synthetic",
+        "epochs": 1, "batch_size": 256, "lr": 0.2, "eval_samples": 100,
+        "steps_per_epoch": MODEL_RUNS["lenet"]["steps"],
+        "micro_batches": MODEL_RUNS["lenet"]["micro_batches"], "init": "glorot"}))
     assert planted["processes"] == 2, "the stages ran in one process: nothing was sent"
     one = _ok(worker_record(framework, "native", 1, "lenet", steps=MODEL_RUNS["lenet"]["steps"],
                             init="glorot"))

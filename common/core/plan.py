@@ -63,9 +63,5 @@ class RunConfig:
         """Whether this run's execution is its mode's default (its file name says so)."""
         return self.execution == registry.default_execution(self.framework, self.mode)
 
-    @property
-    def weak_scaling(self) -> bool:
-        return self.batch_per_device is not None
-
     def to_dict(self) -> dict:
         return asdict(self)
