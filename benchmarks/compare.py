@@ -45,7 +45,7 @@ PLAN_FILE = "comparison.json"      # what a results folder was asked to hold (fo
 # epoch sits on the ln 10 plateau, the second ends at 0.67-0.71 test accuracy, the
 # third at 0.75-0.77 for every framework and mode (measured). Without GPUs the
 # default runs 1 device: virtual devices share the same cores (ideal speed-up 1).
-DEFAULT_EPOCHS = 3
+DEFAULT_EPOCHS = 2
 CPU_DEFAULT_DEVICES = [1]
 # Across machines, the modes run unless --mode names others: each framework's engine
 CLUSTER_MODES = "native"

@@ -81,13 +81,13 @@ def measure_units(framework: str, model: str, batch: int, steps: int, threads: i
     b = registry.get(framework)
     b.setup(cpu_devices=len(m.UNITS), threads=threads)
     devices = [b.devices(1)[0]] * len(m.UNITS)
-    trainer = PipelineTrainer(b, model, m.init_params(0), m.init_state(), devices, 0.1, 1)
+    trainer = PipelineTrainer(b, model, m.init_params(0, "chapter"), m.init_state(), devices, 0.1, 1)
     rng = np.random.default_rng(0)
     X = rng.random((batch, *m.IMAGE_SHAPE), dtype=np.float32)
     y = rng.integers(0, 10, batch).astype(np.int64)
     for _ in range(2):
         trainer.losses([trainer.step(X, y)])
-    trainer.load_params(m.init_params(0), m.init_state())
+    trainer.load_params(m.init_params(0, "chapter"), m.init_state())
     for _ in range(steps):
         trainer.losses([trainer.step(X, y)])
     return trainer.figures()["stage_sec"]

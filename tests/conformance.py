@@ -161,7 +161,7 @@ def device_api(b):
 @check()
 def oracle_chapter_init(b, name):
     """Outputs, gradients and state after one step with the suite's own initial weights."""
-    _against_oracle(b, name, models.get(name).init_params(0), "_chapter_init")
+    _against_oracle(b, name, models.get(name).init_params(0, "chapter"), "_chapter_init")
 
 
 @check()
@@ -482,7 +482,7 @@ def _gap_probes(b):
     """capability -> calls that must each raise NotApplicable while it is a known gap;
     once it is gone, the first (a valid call) must not."""
     lenet = models.get("lenet")
-    params, devices = lenet.init_params(0), b.devices(1)
+    params, devices = lenet.init_params(0, "chapter"), b.devices(1)
     with_state = [m for m in models.NAMES if models.get(m).STATE_NAMES]
     from common.core.scratch import train_batch
     X, y = _batch(8)
@@ -498,7 +498,7 @@ def _gap_probes(b):
         "dataparallel": [lambda: b.dataparallel_trainer("lenet", params, devices, 0.2, "eager")],
         "model": [lambda: _pipeline(b, "lenet", params, 2).step(*_batch(4))],
         "sync-bn": [lambda: b.native_trainer(
-            m, models.get(m).init_params(0), b.devices(1 if b.facts.native_processes else 2),
+            m, models.get(m).init_params(0, "chapter"), b.devices(1 if b.facts.native_processes else 2),
             0.2, registry.default_execution(b.name, "native"), sync_bn=True) for m in with_state],
     }
 

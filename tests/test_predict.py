@@ -55,14 +55,14 @@ def test_predict_from_folders_with_a_measured_link(tmp_path):
     want = P.predict(P.Compute([(64, 0.00264), (256, 0.00456)]), P.param_bytes("lenet"), 256, 2,
                      link, 0.0)["step"]
     assert cells[7] == "at once"                                       # a process per device
-    assert float(cells[10]) == pytest.approx(want * 1e3, abs=0.01)     # predicted ms
-    assert float(cells[11]) == pytest.approx(4.0, abs=0.01)            # measured ms
+    assert float(cells[11]) == pytest.approx(want * 1e3, abs=0.01)     # predicted ms
+    assert float(cells[12]) == pytest.approx(4.0, abs=0.01)            # measured ms
 
 
 def _check_row(text, mode):
     """The cells of the predicted-against-measured row of a mode."""
     row = next(l for l in text.splitlines() if l.startswith("| lenet") and f"| {mode} " in l
-               and l.count("|") == 14)
+               and l.count("|") == 16)
     return [c.strip() for c in row.strip("|").split("|")]
 
 
@@ -84,7 +84,7 @@ def test_devices_that_run_in_turn_are_predicted_from_runs_at_their_cores(tmp_pat
     # 2 x (a + c x 128) / 2, plus the all-reduce
     t2 = P.allreduce_sec(P.param_bytes("lenet"), 2, P.LINKS["ib-100g"])
     assert float(cells[8]) == pytest.approx((0.002 + 128e-5) * 1e3, abs=0.01)
-    assert float(cells[10]) == pytest.approx((0.002 + 128e-5 + t2) * 1e3, abs=0.01)
+    assert float(cells[11]) == pytest.approx((0.002 + 128e-5 + t2) * 1e3, abs=0.01)
 
 
 @pytest.mark.parametrize("args,message", [
@@ -92,6 +92,10 @@ def test_devices_that_run_in_turn_are_predicted_from_runs_at_their_cores(tmp_pat
     (["--link", "pcie4-x16", "--overlap", "2"], "must be between 0 and 1"),
     (["--link", "smoke-signals"], "invalid choice"),
     (["--link", "25gbe", "--contention", "0.5"], "must be a factor of 1 or more, or measure"),
+    (["--link", "25gbe", "--fit-batches", "64"], "needs two or more batch sizes"),
+    (["--link", "25gbe", "--fit-batches", "64,x"], "takes batch sizes like 64,128"),
+    (["--link", "25gbe", "--link-fit-bytes", "4096"], "give --allreduce DIR"),
+    (["--link", "25gbe", "--fit-batches", "64,128"], "at --fit-batches 64,128"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     _record(tmp_path, 1, 256, 0.01)
@@ -100,8 +104,48 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 
 def test_no_one_device_run_is_bad_input(tmp_path):
     _record(tmp_path, 2, 256, 0.01)
-    assert "no successful 1-device run" in usage_error(
+    assert "no successful single-node 1-device run" in usage_error(
         ["-m", "benchmarks.predict", str(tmp_path), "--link", "25gbe"])
+
+
+def test_out_of_sample_fit_holds_back_batches_nodes_and_large_all_reduces(tmp_path):
+    """Compute is fitted on the single-node 1-device rows at --fit-batches only (a 2-node
+    row also has 1 device per node: never fitted on); the 1-device rows at other batch
+    sizes check t1 alone, the all-reduces above --link-fit-bytes check t2 alone, and the
+    whole step is set beside the model without t2."""
+    runs, dev = tmp_path / "runs", tmp_path / "devices"
+    step = lambda b: 0.002 + b * 1e-5                                  # noqa: E731
+    for batch in (64, 128, 256, 512):
+        _record(runs / f"b{batch}", 1, batch, step(batch) * (1.1 if batch == 512 else 1),
+                cores_per_device=1)
+    # a 2-node row, 1 device a node, whose step time would bend the fit if fitted on
+    _record(runs / "nodes", 1, 64, 1.0, nodes=2, launcher="local", cores_per_device=1)
+    rows = [{"variant": "native", "bytes": n, "median_s": 1e-4 + n / 1e9}
+            for n in (4096, 2**16, 2**20)] + [{"variant": "native", "bytes": 2**24, "median_s": 0.04}]
+    write_atomic(dev / "pytorch-allreduce.devices.json", {"status": "ok", "rows": rows})
+    proc = run_python(["-m", "benchmarks.predict", *map(str, sorted(runs.iterdir())),
+                       "--allreduce", str(dev), "--fit-batches", "64,128",
+                       "--link-fit-bytes", str(2**20), "--out", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = (tmp_path / "predict.md").read_text()
+    t1 = {int(c[5]): c for c in (_cells(l) for l in text.splitlines())
+          if len(c) == 9 and c[0] == "lenet"}
+    assert sorted(t1) == [256, 512] and t1[256][4] == "64, 128"
+    assert float(t1[256][6]) == pytest.approx(step(256) * 1e3, abs=0.01) and t1[256][8] in ("+0%", "-0%")
+    assert t1[512][8] == "-9%"                          # 1 / 1.1 - 1
+    nodes = next(c for c in map(_cells, text.splitlines()) if len(c) == 15 and c[4] == "2")
+    link = P.fit_link(dev, "pytorch", "native", 2**20)
+    t1_pred = step(32)                                  # batch 64 over 2 nodes
+    assert float(nodes[8]) == pytest.approx(t1_pred * 1e3, abs=0.01)
+    assert nodes[14] == f"{t1_pred / 1.0 - 1:+.0%}"     # the model without t2
+    t2 = next(c for c in map(_cells, text.splitlines()) if len(c) == 6 and c[0] == "pytorch")
+    assert t2[2] == "16 MiB" and float(t2[3]) == pytest.approx(
+        P.allreduce_sec(2**24, 2, link) * 1e3, abs=0.01) and t2[4] == "40.00"
+    assert "t1 alone (1 device, batch sizes not fitted on): 2 of 2 within 20 %" in text
+
+
+def _cells(line):
+    return [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
 
 
 def test_devices_at_once_on_one_machine_compute_slower_by_the_contention_given(tmp_path):

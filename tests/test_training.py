@@ -89,7 +89,7 @@ def _oracle(model_name, shards=1):
         ds = data.synthetic(0)
         shape = RUN_SHAPE[model_name]
         order = data.batch_order(len(ds.X_train), shape["batch_size"], 0, 0)[:ORACLE_STEPS[model_name]]
-        _ORACLE[key], _ = models.sgd_steps(model, model.init_params(0),
+        _ORACLE[key], _ = models.sgd_steps(model, model.init_params(0, RUN_SHAPE[model_name]["init"]),
                                            [(ds.X_train[i], ds.y_train[i]) for i in order],
                                            shape["lr"], state=model.init_state(), shards=shards)
     return _ORACLE[key]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from common import models
 from common.facts import registry
 
 
@@ -17,7 +18,7 @@ class RunConfig:
     # mode runs by default (the facts table), so every later reader sees the one choice
     execution: str | None = None
     model: str = "lenet"           # a name in common.models.NAMES
-    init: str = "chapter"          # how the weights start: a name in common.models.INITS
+    init: str = models.DEFAULT_INIT    # how the weights start: a name in common.models.INITS
     dataset: str = "fashion-mnist"
     data_dir: str | None = None
     epochs: int = 1

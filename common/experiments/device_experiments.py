@@ -462,7 +462,7 @@ def overlap(ctx: Context) -> None:
 def roundtrip(ctx: Context) -> None:
     big = ctx.randn((4, (MB if ctx.quick else 16 * MB) // 16), 60)
     big[0, :4] = [-0.0, np.inf, np.nan, np.float32(1e-42)]
-    sets = {"LeNet": init_params(ctx.seed),
+    sets = {"LeNet": init_params(ctx.seed, "chapter"),
             ("1 MB random" if ctx.quick else "16 MB random"): list(big)}
     with tempfile.TemporaryDirectory(prefix="dl-compare-roundtrip-") as tmp:
         for kind, devs in _kinds(ctx):

@@ -29,12 +29,18 @@ from common.facts.data import shard_bounds
 
 NAMES = ("lenet", "resnet18")
 # How the weights start (the same NumPy arrays for every framework); biases start at
-# zero and BatchNorm at scale 1, shift 0 in both.
+# zero and BatchNorm at scale 1, shift 0 in both. A run's default is DEFAULT_INIT: from
+# the chapter's N(0, 0.01^2), LeNet sits on the ln 10 plateau for about an epoch and
+# when a run leaves it depends on float rounding (one framework's row ended at 0.66, the
+# others' at 0.76, on a CPU without AVX-512), while from Glorot's every row leaves it in
+# the first hundred steps (docs/results/cpu-2core-default.md). "chapter" reproduces the
+# chapter.
 INITS = {
     "chapter": "the chapter's: every conv and dense weight ~ N(0, 0.01^2)",
     "glorot": "Glorot (Xavier) uniform, U(+-sqrt(6 / (fan_in + fan_out))): Keras's default, "
               "and d2l's xavier_uniform; every layer's signal and gradient far from zero",
 }
+DEFAULT_INIT = "glorot"
 
 
 FINGERPRINT_SEED = 20261124

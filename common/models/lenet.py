@@ -33,7 +33,7 @@ UNITS = (("conv block", (0, 1, 2, 3), (), (50, 4, 4)),
 UNIT_COST = (1, 1)                # two units: any cost gives the one cut
 
 
-def init_params(seed: int, init: str = "chapter") -> list[np.ndarray]:
+def init_params(seed: int, init: str) -> list[np.ndarray]:
     """Weights as `init` says (common.models.INITS; the chapter's: N(0, 1) x 0.01),
     biases zero, float32."""
     rng = np.random.default_rng(seed)

@@ -169,7 +169,7 @@ HEAD = len(UNITS) - 1         # the head's unit: global average pooling and FC
 UNIT_COST = tuple(_unit_macs())
 
 
-def init_params(seed: int, init: str = "chapter") -> list[np.ndarray]:
+def init_params(seed: int, init: str) -> list[np.ndarray]:
     """Conv and dense weights as `init` says (common.models.INITS; the chapter's:
     N(0, 0.01^2)), biases zero, BatchNorm scale 1 and shift 0; float32."""
     rng = np.random.default_rng(seed)

@@ -80,6 +80,13 @@ def ideal_speedup(record: dict) -> int:
 # sec/epoch, is marked noisy: runs of one configuration on a quiet machine agree to
 # a few per cent; on these shared machines they move by 10-40 %.
 NOISE_THRESHOLD = 0.10
+# How far apart two rows' test accuracies may end when only float rounding differs: the
+# same LeNet weights (Glorot) and batches, 2 epochs on real Fashion-MNIST, each framework
+# once with its full kernels and once capped to AVX2 (ONEDNN_MAX_CPU_ISA and the like) on
+# a 2-core AMD EPYC with AVX-512: a row moved by up to 0.024 (MXNet scratch, 0.7515 ->
+# 0.7753), every row ended within 0.7515-0.776 (docs/results/cpu-2core-default.md).
+ROUNDING_ACCURACY = 0.03
+PLATEAU_ACCURACY = 0.2        # ten classes: 0.1 is chance, the ln 10 plateau
 
 
 def repeat_figures(record: dict) -> list[dict]:
@@ -358,7 +365,7 @@ def definitions(rows: list[dict], records: list[dict]) -> list[str]:
     across = [r for r in records if (r.get("nodes") or 1) > 1]
     if across:
         r = across[0]
-        lines.append(f"N nodes: a run across N machines, each framework on its own engine (each "
+        lines.append("N nodes: a run across N machines, each framework on its own engine (each "
                      "record's cluster_launcher: torchrun, paddle.distributed.launch, TF_CONFIG "
                      "workers, MXNet's dist_sync parameter server); devices counts those of every "
                      "node" + (", here simulated on this machine (--launcher local: each node its "
@@ -373,8 +380,39 @@ def definitions(rows: list[dict], records: list[dict]) -> list[str]:
         lines.append(f"Time to test accuracy {targets[0]['target_accuracy']:g} (training time to "
                      "the end of the first epoch that reached it, evaluation excluded): "
                      + "; ".join(reached) + ".")
+    lines += accuracy_lines(records)
     lines.append("Train loss: the last epoch's mean; test acc: after the last epoch. Peak memory: "
                  "the device allocator's peak on GPUs, else the process's maximum resident set.")
+    return lines
+
+
+def accuracy_lines(records: list[dict]) -> list[str]:
+    """Per model, whether the rows' test accuracies differ by more than rounding explains,
+    and which rows never left the ln 10 plateau (a chance-level accuracy)."""
+    lines = []
+    ok = [r for r in records if r["status"] == "ok" and r.get("test_accuracy") is not None]
+    for model in dict.fromkeys(r.get("model", "lenet") for r in ok):
+        rows = [r for r in ok if r.get("model", "lenet") == model]
+        stuck = [_label(r) for r in rows if r["test_accuracy"] <= PLATEAU_ACCURACY]
+        if stuck:
+            lines.append(f"{model}: {', '.join(stuck)} ended at chance level (test acc <= "
+                         f"{PLATEAU_ACCURACY}): still on the ln 10 plateau, which the chapter's "
+                         "initialisation (--init chapter) leaves at a moment float rounding decides; "
+                         "more epochs or --init glorot leave it.")
+        if len(rows) < 2:
+            continue
+        lo, hi = (min(rows, key=lambda r: r["test_accuracy"]), max(rows, key=lambda r: r["test_accuracy"]))
+        gap = hi["test_accuracy"] - lo["test_accuracy"]
+        if gap > ROUNDING_ACCURACY:
+            lines.append(f"{model}: test accuracies differ by {gap:.3f} ({_label(lo)} "
+                         f"{lo['test_accuracy']:.4f}, {_label(hi)} {hi['test_accuracy']:.4f}): more "
+                         f"than float rounding explains (up to {ROUNDING_ACCURACY} between rows from "
+                         "the same weights and batches, measured), so the rows did not do the same "
+                         "work (other settings, a bug, or a run still leaving the plateau).")
+        else:
+            lines.append(f"{model}: test accuracies agree within {gap:.3f}, what float rounding "
+                         f"explains between rows from the same weights and batches (up to "
+                         f"{ROUNDING_ACCURACY}, measured): no row learned better than another.")
     return lines
 
 
