@@ -24,20 +24,42 @@ from common.core.contract import NeedsGPU, NotApplicable
 
 CHECKS = {}   # name -> (function, needs, per_model)
 
-# Float32 tolerances per model, relative to the largest value compared, and for
-# gradients at least `grad_floor` times the model's largest gradient (see
-# _against_oracle). LeNet's sums run over at most a few thousand float32 products:
-# 1e-4 leaves two orders of magnitude above the errors seen (about 1e-6).
-# ResNet-18 is compared against the model's largest gradient. Among the ~10^6
-# pre-activations of a batch some lie within 1e-6 standard deviations of zero, and
-# float32 rounding flips their ReLU (one flip in the last block moves that layer's
-# gradients by about 1%, every earlier one by 0.3-0.8%); with the chapter's
-# N(0, 0.01^2) initialisation BatchNorm also sees tiny variances, where float32 loses
-# about half its digits in the backward pass. Measured, as a fraction of the model's
-# largest gradient: PyTorch 2e-6 to 8e-3, TensorFlow 7e-3 to 1.3e-2 (TensorFlow and
-# PyTorch in float64 agree with the oracle to 1e-12, so this is rounding, not a bug).
-# 5e-2 holds that; the logits (1e-4) and the loss (1e-5) stay strict, so a layout or
-# ordering bug in the forward pass cannot hide behind it.
+# Float32 tolerances per model, relative to the largest value compared; gradients per
+# tensor, relative to that tensor's own norm, ||got - want|| / ||want|| (_grads_close),
+# so that a small tensor's gradient is held to its own size, not hidden behind the
+# model's largest gradient. Measured per tensor (the worst tensor) for the five
+# frameworks, both initial weights and batches 0-2 (the checks use batch 0):
+# LeNet: within 1.0e-5 of each tensor's largest value and 7.6e-6 of its norm; 1e-4.
+# ResNet-18 at batch 8: 4e-6 to 5e-6 where no ReLU flips (PyTorch, Paddle, batch 0).
+# But among a batch's ~3.5 million pre-activations about 80 lie within 3e-5 standard
+# deviations of zero, where the float32 rounding of the layers below decides the ReLU;
+# a flip moves one value of the gradient entering a BatchNorm, which sums only
+# 8 x 4 x 4 = 128 values per channel in the last stage, so that channel's conv weight
+# gradient moves by up to half the tensor's largest value, and every earlier layer a
+# little. Relative to a tensor's largest value: up to 0.49 (TensorFlow,
+# stage4.block2.conv1.weight, batch 0), 0.08-0.16 in every framework on some batch;
+# relative to its norm up to 3.2e-2 (TensorFlow, batch 0; the others 1.9e-2). That is
+# float32's rounding, in no framework's implementation: the NumPy oracle itself run in
+# float32 gives the same errors (0.49 on the same tensor), PyTorch's and TensorFlow's
+# ops in float64 agree with the oracle to 1e-13 on the same batches, and the float64
+# oracle with 1 to 13 ReLUs flipped (each within 2.6e-5 standard deviations of zero)
+# agrees with each framework to 6e-5 per tensor. Which batches flip is luck, in every
+# framework (PyTorch, chapter's weights, batch 1: 8.9e-2 of a tensor's largest value).
+# The NumPy oracle in float32 over batches 0-29: at most 3.25e-2 of a tensor's norm
+# (1.5e-2 from the chapter's weights); batch 0 with all its 86 ReLUs within 3e-5
+# standard deviations of zero flipped at once: 4.1e-2. 0.1 holds that, and fails a
+# tensor 20% wrong or zeroed (tests/test_conformance.py); a tensor 10% wrong is at the
+# bound: errors of a few percent in one tensor are below what float32 lets a batch of 8
+# show. The logits (1e-4) and the loss (1e-5) stay strict, so a layout or ordering bug
+# in the forward pass cannot hide behind it.
+# A conv bias followed by BatchNorm has a gradient of exactly zero in theory (the batch
+# mean takes any per-channel constant away). float32 leaves the rounding of a sum of the
+# gradient dz entering the BatchNorm; the same conv's weight gradient is the same sum of
+# dz weighted by the conv's inputs (images, or ReLUs of BatchNorm outputs: of order one),
+# so its largest value is the scale ("zero_grads"): measured at most 3e-5 of it (6.4e-5
+# for the float32 oracle over batches 0-29); 1e-3 allowed. A BatchNorm backward that
+# left out the batch mean would hand the bias gamma / std times the beta gradient: at
+# least 0.35 of that scale in every layer.
 # Parameters after SGD steps are compared relative to
 # the largest update of any parameter (params_floor x that): a ReLU that silences a
 # channel leaves the next BatchNorm a variance near zero, and 1/sqrt(eps) = 316
@@ -47,11 +69,9 @@ CHECKS = {}   # name -> (function, needs, per_model)
 # batch moves the parameters by 80-100% of the largest update (and the loss by
 # 6e-3 to 2.5e-2, against 1e-7 to 2e-7 for float32 rounding).
 TOLERANCES = {
-    "lenet": {"logits": 1e-4, "loss": 1e-5, "grads": 1e-4, "grad_floor": 1e-3,
-              "grads_chapter_init": 1e-4, "grad_floor_chapter_init": 1e-3,
+    "lenet": {"logits": 1e-4, "loss": 1e-5, "grads": 1e-4, "zero_grads": None,
               "step_loss": 1e-5, "params": 1e-4, "params_floor": 0.0, "state": 1e-5},
-    "resnet18": {"logits": 1e-4, "loss": 1e-5, "grads": 5e-2, "grad_floor": 1.0,
-                 "grads_chapter_init": 5e-2, "grad_floor_chapter_init": 1.0,
+    "resnet18": {"logits": 1e-4, "loss": 1e-5, "grads": 1e-1, "zero_grads": 1e-3,
                  "step_loss": 1e-5, "params": 5e-2, "params_floor": 1.0,
                  # running statistics after one step: batch means and variances, sums
                  # that float32 gets to ~1e-6; the biased and unbiased variance differ
@@ -113,7 +133,7 @@ def _nontrivial_params(model, seed=3):
     return out
 
 
-def _close(name, got, want, rtol=1e-4, floor=1e-12):
+def _close(name, got, want, rtol=1e-4, floor=1e-12, of="its largest value"):
     """Largest error relative to the largest expected value (at least `floor`)."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     if want.ndim == 0 and got.size == 1:      # MXNet 1.x has no 0-d arrays: scalars are (1,)
@@ -121,7 +141,38 @@ def _close(name, got, want, rtol=1e-4, floor=1e-12):
     assert got.shape == want.shape, f"{name}: shape {got.shape}, expected {want.shape}"
     scale = max(np.abs(want).max(), floor)
     err = np.abs(got - want).max() / scale
-    assert err <= rtol, f"{name}: max error {err:.2e} of its largest value (allowed {rtol:.0e})"
+    assert err <= rtol, f"{name}: max error {err:.2e} of {of} (allowed {rtol:.0e})"
+
+
+def _zero_in_theory(model) -> dict[int, int]:
+    """The gradients that are exactly zero in theory, each with the gradient whose
+    largest value is the scale of its rounding (see TOLERANCES): ResNet-18's conv biases
+    followed by BatchNorm, with their own conv's weight gradient."""
+    if not hasattr(model, "BLOCKS"):
+        return {}
+    convs = [model.STEM["conv"], *(b[c] for b in model.BLOCKS for c in ("conv1", "conv2"))]
+    return {c["bias"]: c["weight"] for c in convs}
+
+
+def _grads_close(model, got, want, tol):
+    """Each gradient against the oracle's relative to its own norm (tol["grads"]), so that
+    a wrong gradient in a small tensor fails however large the model's other gradients
+    are; one that is zero in theory against the scale _zero_in_theory names
+    (tol["zero_grads"])."""
+    assert len(got) == len(want), f"{len(got)} gradients, expected {len(want)}"
+    zero = _zero_in_theory(model)
+    for i, (pname, g, w) in enumerate(zip(model.PARAM_NAMES, got, want)):
+        name = f"d loss / d {pname}"
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        assert g.shape == w.shape, f"{name}: shape {g.shape}, expected {w.shape}"
+        if i in zero:
+            _close(f"{name} (zero in theory)", g, w, tol["zero_grads"], np.abs(want[zero[i]]).max(),
+                   f"d loss / d {model.PARAM_NAMES[zero[i]]}'s largest value")
+            continue
+        err = np.linalg.norm(g - w) / max(np.linalg.norm(w), 1e-300)
+        assert err <= tol["grads"], (f"{name}: error {err:.2e} of its norm (allowed "
+                                     f"{tol['grads']:.0e}; largest error {np.abs(g - w).max():.2e} "
+                                     f"of largest value {np.abs(w).max():.2e})")
 
 
 def _unbiased(b, name):
@@ -161,7 +212,7 @@ def device_api(b):
 @check()
 def oracle_chapter_init(b, name):
     """Outputs, gradients and state after one step with the suite's own initial weights."""
-    _against_oracle(b, name, models.get(name).init_params(0, "chapter"), "_chapter_init")
+    _against_oracle(b, name, models.get(name).init_params(0, "chapter"))
 
 
 @check()
@@ -170,7 +221,7 @@ def oracle_nontrivial_weights(b, name):
     _against_oracle(b, name, _nontrivial_params(models.get(name)))
 
 
-def _against_oracle(b, name, params, which=""):
+def _against_oracle(b, name, params):
     model, tol = models.get(name), TOLERANCES[name]
     X, y = _batch(ORACLE_BATCH[name])
     state = model.init_state()
@@ -180,13 +231,7 @@ def _against_oracle(b, name, params, which=""):
         params, X, y, state=want_state, unbiased_running_var=_unbiased(b, name))
     _close("logits", logits, want_logits, tol["logits"])
     _close("loss", loss, want_loss, tol["loss"])
-    assert len(grads) == len(want_grads), f"{len(grads)} gradients, expected {len(want_grads)}"
-    # A conv bias followed by BatchNorm has a gradient of exactly zero (the batch mean
-    # takes any per-channel constant away): there only rounding noise is compared,
-    # on the scale of the model's largest gradient.
-    floor = tol["grad_floor" + which] * max(np.abs(w).max() for w in want_grads)
-    for pname, g, w in zip(model.PARAM_NAMES, grads, want_grads):
-        _close(f"d loss / d {pname}", g, w, tol["grads" + which], floor)
+    _grads_close(model, grads, want_grads, tol)
     assert len(new_state) == len(want_state), f"{len(new_state)} state arrays, expected {len(want_state)}"
     for sname, s, w in zip(model.STATE_NAMES, new_state, want_state):
         _close(f"{sname} after one step", s, w, tol["state"])

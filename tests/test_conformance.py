@@ -1,6 +1,7 @@
 """The contract's checks (tests/conformance.py), one test per framework, check and
 model, each framework in a process of its own. A check whose capability the
 framework lists as a known gap shows as skipped with the gap's reason."""
+import numpy as np
 import pytest
 
 from common import models
@@ -31,3 +32,72 @@ def test_predict_check_fails_on_a_planted_bug():
     other = model.forward(_nontrivial_params(model, seed=4), X)
     with pytest.raises(AssertionError, match="predict gave"):
         _predict_matches_oracle(other.argmax(axis=1), want, 1e-4, "other weights")
+
+
+class _OracleTrainer:
+    """The oracle as a trainer's evaluation: its running statistics those of a trained
+    model (away from any one batch's), and an evaluation in BatchNorm's evaluation mode,
+    or, planted, in its training mode (each batch normalised by its own statistics)."""
+
+    def __init__(self, model, batch_statistics: bool):
+        from tests.conformance import _nontrivial_params, _rng
+        self.model, self.batch_statistics = model, batch_statistics
+        self.params = _nontrivial_params(model)
+        r = _rng(11)
+        self.state = [(0.5 * r.standard_normal(s) if name.endswith("mean") else
+                       0.5 + r.random(s)).astype(np.float32)
+                      for name, s in zip(model.STATE_NAMES, model.STATE_SHAPES)]
+
+    def replica_params(self):
+        return [self.params]
+
+    def replica_state(self):
+        return [self.state]
+
+    def logits(self, X):
+        state = [s.astype(np.float64) for s in self.state]    # a copy: training would move it
+        return self.model.forward(self.params, X, state=state, training=self.batch_statistics)
+
+    def predict(self, X):
+        return self.logits(X).argmax(axis=1)
+
+
+def test_evaluation_check_fails_when_evaluation_uses_batch_statistics():
+    """The evaluation check of every trainer (conformance's _evaluation_matches_oracle),
+    on ResNet-18: the oracle's evaluation-mode forward passes it; the same forward with
+    BatchNorm in training mode (the batch's statistics instead of the running ones, as a
+    trainer left in training mode evaluates) fails it."""
+    from tests.conformance import TOLERANCES, _evaluation_matches_oracle
+    model = models.get("resnet18")
+    _evaluation_matches_oracle(_OracleTrainer(model, False), model, TOLERANCES["resnet18"], "eval")
+    with pytest.raises(AssertionError, match="evaluation logits vs the oracle's evaluation forward"):
+        _evaluation_matches_oracle(_OracleTrainer(model, True), model, TOLERANCES["resnet18"],
+                                   "planted")
+
+
+def test_gradient_check_fails_on_a_wrong_small_gradient():
+    """The oracle checks' gradient comparison (conformance's _grads_close), on ResNet-18:
+    the oracle's own gradients in float32 pass it; the same with one small tensor's
+    gradient wrong (the last block's first BatchNorm shift: zeroed, or 20% too large) or a
+    conv bias before BatchNorm handed back a non-zero gradient fail it, where the old
+    comparison, 5e-2 of the model's largest gradient, passed all three."""
+    from tests.conformance import (ORACLE_BATCH, TOLERANCES, _batch, _close, _grads_close,
+                                   _nontrivial_params)
+    model, tol = models.get("resnet18"), TOLERANCES["resnet18"]
+    X, y = _batch(ORACLE_BATCH["resnet18"])
+    want = model.loss_and_grads(_nontrivial_params(model), X, y)[2]
+    got = [w.astype(np.float32) for w in want]
+    _grads_close(model, got, want, tol)
+    largest = max(np.abs(w).max() for w in want)
+    beta = model.PARAM_NAMES.index("stage4.block2.bn1.beta")
+    bias = model.BLOCKS[-1]["conv1"]["bias"]
+    # the third hands the conv bias its BatchNorm's beta gradient: what a BatchNorm
+    # backward that left out the batch mean would, up to gamma / std
+    for i, wrong, what in ((beta, 0 * got[beta], "stage4.block2.bn1.beta"),
+                           (beta, 1.2 * got[beta], "stage4.block2.bn1.beta"),
+                           (bias, got[beta], r"stage4.block2.conv1.bias \(zero in theory\)")):
+        planted = list(got)
+        planted[i] = wrong
+        _close("the old comparison", planted[i], want[i], 5e-2, largest)
+        with pytest.raises(AssertionError, match=f"d loss / d {what}"):
+            _grads_close(model, planted, want, tol)

@@ -1,13 +1,13 @@
 """benchmarks.predict on hand-built records: the scaling model's arithmetic, the link
 fitted to a devices folder, validation rows, and bad input."""
-import json
+import shlex
 
 import pytest
 
 from benchmarks import predict as P
 from common.core.plan import RunConfig
 from common.results.record import new_record, record_filename, write_atomic
-from tests.conftest import run_python, usage_error
+from tests.conftest import ROOT, run_python, usage_error
 
 
 def _record(folder, devices, batch, sec_per_step, steps=10, mode="native", processes=None,
@@ -177,3 +177,19 @@ def test_contention_is_one_cores_rate_alone_over_its_rate_beside_the_others(monk
     monkeypatch.undo()
     got = P._rates(sorted(P.os.sched_getaffinity(0))[:1], 0.1)
     assert len(got) == 1 and got[0] > 0
+
+
+@pytest.mark.parametrize("page", ["predict.md", "link-16mib/predict.md"])
+def test_the_committed_validation_regenerates_from_its_committed_records(tmp_path, page):
+    """docs/results/predictor's predictions (the out-of-sample validation
+    docs/results/cpu-2core-predictor.md quotes) are what their own commands make of the
+    records committed beside them: rerun, the same text."""
+    page = ROOT / "docs/results/predictor" / page
+    committed = page.read_text()
+    command = committed.split("Command: `", 1)[1].split("`", 1)[0]
+    args = shlex.split(command)[3:]                   # after python -m benchmarks.predict
+    args[args.index("--out") + 1] = str(tmp_path)
+    proc = run_python(["-m", "benchmarks.predict", *args])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    body = lambda text: text.split("\n", 3)[3]        # noqa: E731 - all but title and command
+    assert body((tmp_path / "predict.md").read_text()) == body(committed)

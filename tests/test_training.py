@@ -35,6 +35,36 @@ STEPS = 20
 LOSS_ATOL = {"lenet": [2e-5] * STEPS, "resnet18": [2e-5, 2e-2]}
 ORACLE_STEPS = {"lenet": STEPS, "resnet18": 2}     # the float64 oracle of ResNet-18 is slow
 
+# The LeNet runs of the multi-device checks (2 devices, 2 stages, against 1 device)
+# start from Glorot weights, where every layer's update moves the loss and the
+# parameters (from the chapter's N(0, 0.01^2) weights only the output bias does in the
+# first steps: a layer left without its gradient would pass on the losses), and compare
+# the final parameters (the records' fingerprints) as well as the step losses.
+GLOROT = {"steps": 5, "init": "glorot"}
+# The same 5 steps two ways (native or scratch x2, or 2 stages with M = 4, vs 1 device)
+# from Glorot weights, where training moves fast and float32 rounding grows: measured,
+# step losses apart by up to 2.2e-5 by step 5, parameters (their fingerprints) by up to
+# 1.9e-2 of a tensor's norm (b3, a bias grown from zero; the weights 2e-4 and less), the
+# same figures for every 2-way run of PyTorch and Keras; TensorFlow, MXNet and Paddle
+# within 2.4e-7 and 4.6e-5. With the bugs planted below, from the second step on:
+# stage 0 handed a zero gradient, losses 2.7e-3 to 6.2e-3 apart and stage 0's biases
+# 1.0 of their norm (they never leave zero); no all-reduce (MXNet scratch x2), 1.4e-3
+# to 7.5e-3 and the biases 0.33 to 0.93; one micro-batch's gradient kept (MXNet, stages
+# in one process), 8.8e-4 to 1.1e-2 and 0.36 to 1.3 (the weights only 2e-3 to 8e-3
+# under either: the biases are what fails). The bounds sit between.
+GLOROT_LOSS_ATOL = [2e-4] * 5
+FINGERPRINT_RTOL = 5e-2
+
+
+def _same_params(got, want, what):
+    """Two records' parameter fingerprints (norm, projection per tensor) equal, each
+    within FINGERPRINT_RTOL of the tensor's norm."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    off = np.abs(got - want).max(axis=1) / np.maximum(want[:, 0], 1e-12)
+    assert off.max() <= FINGERPRINT_RTOL, (
+        f"{what}: parameters differ, worst tensor {int(off.argmax())} by {off.max():.1e} of its norm")
+
 
 def _agree(got, want, model, err_msg="", tol=None):
     """The first len(tol) step losses within their bounds (LOSS_ATOL[model] by
@@ -59,23 +89,69 @@ def _ok(record):
 @pytest.mark.parametrize("framework", covered())
 def test_native_two_devices_matches_scratch(worker_record, framework, model):
     """Without synchronised BatchNorm both modes normalise each shard on its own: the
-    same steps whatever the mode (and, for LeNet, 2 devices equal 1)."""
-    native = _ok(worker_record(framework, "native", 2, model))
+    same steps whatever the mode. LeNet has no BatchNorm: 2 devices on the batch are 1
+    device on it, so native and scratch x2 are each held to native x1 (from Glorot
+    weights: step losses and final parameters)."""
+    lenet = model == "lenet"
+    native = _ok(worker_record(framework, "native", 2, model, **(GLOROT if lenet else {})))
     assert len(native["device_names"]) == 2
     if registry.facts(framework).native_processes:
-        # one process per device, really: the losses below are then only equal to
-        # scratch mode's if the processes reduced gradients (and losses) between them
+        # one process per device, really: the comparisons below then only hold if the
+        # processes reduced gradients (and losses) between them
         assert native["processes"] == 2, native["processes"]
-    if (framework, "scratch") in registry.KNOWN_GAPS:
-        reference = worker_record(framework, "native", 1, model) if model == "lenet" else None
+    has_scratch = (framework, "scratch") not in registry.KNOWN_GAPS
+    if lenet:
+        one = _ok(worker_record(framework, "native", 1, model, **GLOROT))
+        runs = {"native x2": native}
+        if has_scratch:
+            runs["scratch x2"] = _ok(worker_record(framework, "scratch", 2, model, **GLOROT))
+        for name, run in runs.items():
+            _agree(run["step_losses"], one["step_losses"], model, f"({name} vs native x1)",
+                   GLOROT_LOSS_ATOL)
+            _same_params(run["param_fingerprint"], one["param_fingerprint"], f"{name} vs native x1")
+    elif has_scratch:
+        reference = _ok(worker_record(framework, "scratch", 2, model))
+        _agree(native["step_losses"][:10], reference["step_losses"][:10], model,
+               "(native vs scratch)")
     else:
-        reference = worker_record(framework, "scratch", 2, model)
-    if reference is None:
         # no scratch mode to compare with: against the oracle run per shard
         _agree(native["step_losses"], _oracle(model, shards=2), model, "(native vs oracle per shard)")
-        return
-    _ok(reference)
-    _agree(native["step_losses"][:10], reference["step_losses"][:10], model, "(native vs scratch)")
+
+
+# A planted bug for the check above, in every process of the run (a sitecustomize
+# module on the path): scratch mode's all-reduce does nothing, so each replica steps on
+# its own shard's gradient.
+NO_ALLREDUCE = """
+from common.core import scratch
+_init = scratch.ScratchTrainer.__init__
+def __init__(self, backend, *args, **kwargs):
+    backend.allreduce = lambda arrays: None       # train_batch calls b.allreduce
+    _init(self, backend, *args, **kwargs)
+scratch.ScratchTrainer.__init__ = __init__
+"""
+# One framework is enough for the planted bug (train_batch is the same for all); a cheap
+# start-up, with a scratch mode
+NO_ALLREDUCE_RUN = [f for f in ("mxnet", "pytorch", *covered())
+                    if f in covered() and (f, "scratch") not in registry.KNOWN_GAPS][:1]
+
+
+def _lenet_glorot_config(framework, mode, devices, **more):
+    """The RunConfig (a dict) of the LeNet runs from Glorot weights, for planted_run."""
+    return {"framework": framework, "mode": mode, "devices": devices, "dataset": "synthetic",
+            "epochs": 1, **RUN_SHAPE["lenet"], "eval_samples": 100,
+            "steps_per_epoch": GLOROT["steps"], "init": GLOROT["init"], **more}
+
+
+@pytest.mark.parametrize("framework", NO_ALLREDUCE_RUN)
+def test_data_parallel_check_fails_without_the_allreduce(worker_record, framework, tmp_path):
+    """The LeNet check above on scratch x2: it holds as the code is, and fails on the
+    parameters with the all-reduce skipped."""
+    one = _ok(worker_record(framework, "native", 1, "lenet", **GLOROT))
+    fine = _ok(worker_record(framework, "scratch", 2, "lenet", **GLOROT))
+    _same_params(fine["param_fingerprint"], one["param_fingerprint"], "scratch x2 vs native x1")
+    planted = _ok(planted_run(tmp_path, NO_ALLREDUCE, _lenet_glorot_config(framework, "scratch", 2)))
+    with pytest.raises(AssertionError, match="parameters differ"):
+        _same_params(planted["param_fingerprint"], one["param_fingerprint"], "planted")
 
 
 _ORACLE = {}
@@ -198,32 +274,13 @@ def test_compiled_execution_runs_the_same_steps(worker_record, framework):
 
 # Model mode through the worker: 2 stages (a process per stage for PyTorch and Paddle on
 # a CPU), few steps. LeNet with M = 4 is the 1-device step whatever M: against the same
-# framework's native 1-device run from the same Glorot weights (where every layer's
-# update moves the loss and the parameters: from the chapter's N(0, 0.01^2) weights a
-# zero gradient handed back to stage 0 would leave the losses within tolerance), step
-# losses and final parameters (the records' fingerprints); ResNet-18 with M = 2
+# framework's native 1-device run from the same Glorot weights (GLOROT above: from the
+# chapter's weights a zero gradient handed back to stage 0 would leave the losses within
+# tolerance), step losses and final parameters; ResNet-18 with M = 2
 # normalises each micro-batch by itself: against the oracle run micro-batch by
 # micro-batch.
-MODEL_RUNS = {"lenet": {"micro_batches": 4, "steps": 5, "init": "glorot"},
+MODEL_RUNS = {"lenet": {"micro_batches": 4, **GLOROT},
               "resnet18": {"micro_batches": 2, "steps": 2}}
-# The same 5 steps two ways (2 stages, M = 4, vs 1 device) from Glorot weights, where
-# training moves fast and float32 rounding grows: measured (PyTorch, a process per
-# stage) step losses apart by up to 2.2e-5 by step 5, parameters (their fingerprints)
-# by up to 1.9e-2 of a tensor's norm (b3, a bias grown from zero; the weights 2e-4 and
-# less). With stage 0 handed a zero gradient the losses are 2.7e-3 to 6.2e-3 apart and
-# stage 0's biases 1.0 of their norm (they never leave zero). The bounds sit between.
-GLOROT_LOSS_ATOL = [2e-4] * 5
-FINGERPRINT_RTOL = 5e-2
-
-
-def _same_params(got, want, what):
-    """Two records' parameter fingerprints (norm, projection per tensor) equal, each
-    within FINGERPRINT_RTOL of the tensor's norm."""
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    off = np.abs(got - want).max(axis=1) / np.maximum(want[:, 0], 1e-12)
-    assert off.max() <= FINGERPRINT_RTOL, (
-        f"{what}: parameters differ, worst tensor {int(off.argmax())} by {off.max():.1e} of its norm")
 
 
 def _model_record(worker_record, framework, model):
@@ -253,8 +310,7 @@ def test_model_mode_two_stages(worker_record, framework, model):
     assert len(record["bytes_between_stages"]) == 1 and record["bytes_between_stages"][0] > 0
     assert len(record["step_losses"]) == steps
     if model == "lenet":
-        one = _ok(worker_record(framework, "native", 1, model, steps=steps,
-                                init=MODEL_RUNS[model]["init"]))
+        one = _ok(worker_record(framework, "native", 1, model, **GLOROT))
         _agree(record["step_losses"], one["step_losses"], model, "(2 stages vs native x1)",
                GLOROT_LOSS_ATOL)
         _same_params(record["param_fingerprint"], one["param_fingerprint"], "2 stages vs native x1")
@@ -287,13 +343,43 @@ def test_model_mode_check_fails_without_the_gradient_handed_back(worker_record, 
     """The check above, with stage 1 handing stage 0 a zero gradient (stages in processes
     of their own, the send/recv path): the step losses may still pass, the parameters
     must not."""
-    planted = _ok(planted_run(tmp_path, ZERO_GRADIENT_BACK, {
-        "framework": framework, "mode": "model", "devices": 2, "dataset": "synthetic",
-        "epochs": 1, "batch_size": 256, "lr": 0.2, "eval_samples": 100,
-        "steps_per_epoch": MODEL_RUNS["lenet"]["steps"],
-        "micro_batches": MODEL_RUNS["lenet"]["micro_batches"], "init": "glorot"}))
+    planted = _ok(planted_run(tmp_path, ZERO_GRADIENT_BACK, _lenet_glorot_config(
+        framework, "model", 2, micro_batches=MODEL_RUNS["lenet"]["micro_batches"])))
     assert planted["processes"] == 2, "the stages ran in one process: nothing was sent"
-    one = _ok(worker_record(framework, "native", 1, "lenet", steps=MODEL_RUNS["lenet"]["steps"],
-                            init="glorot"))
+    one = _ok(worker_record(framework, "native", 1, "lenet", **GLOROT))
     with pytest.raises(AssertionError, match="parameters differ, worst tensor [0-3] "):
+        _same_params(planted["param_fingerprint"], one["param_fingerprint"], "planted")
+
+
+# A planted bug for stages in one process, where each stage's gradients add up over the
+# micro-batches on its device (the backend's stage_backward, told which backward is the
+# step's first): every backward told it is the first, so the sums start afresh each time
+# and only the step's last backward (micro-batch 0's) is kept.
+ONE_MICRO_BATCH_GRADIENT = """
+from common.core import pipeline
+_init = pipeline.PipelineTrainer.__init__
+def __init__(self, backend, *args, **kwargs):
+    backward = backend.stage_backward
+    backend.stage_backward = lambda replica, tape, grad, first: backward(replica, tape, grad, True)
+    _init(self, backend, *args, **kwargs)
+pipeline.PipelineTrainer.__init__ = __init__
+"""
+# One framework is enough (the loop is the same for all): the cheapest start-up of those
+# whose stages share a process
+IN_PROCESS_STAGES = [f for f in ("mxnet", *covered()) if f in covered()
+                     and not registry.facts(f).native_processes
+                     and (f, "model") not in registry.KNOWN_GAPS][:1]
+
+
+@pytest.mark.parametrize("framework", IN_PROCESS_STAGES)
+def test_model_mode_check_fails_with_one_micro_batch_gradient(worker_record, framework, tmp_path):
+    """The LeNet check of test_model_mode_two_stages, stages in one process: it holds as
+    the code is, and fails on the parameters with one micro-batch's gradient kept."""
+    one = _ok(worker_record(framework, "native", 1, "lenet", **GLOROT))
+    fine = _ok(_model_record(worker_record, framework, "lenet"))
+    _same_params(fine["param_fingerprint"], one["param_fingerprint"], "2 stages vs native x1")
+    planted = _ok(planted_run(tmp_path, ONE_MICRO_BATCH_GRADIENT, _lenet_glorot_config(
+        framework, "model", 2, micro_batches=MODEL_RUNS["lenet"]["micro_batches"])))
+    assert planted["processes"] == 1
+    with pytest.raises(AssertionError, match="parameters differ"):
         _same_params(planted["param_fingerprint"], one["param_fingerprint"], "planted")
