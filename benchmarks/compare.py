@@ -41,10 +41,11 @@ from .runner import Interrupts, run_config
 ROOT = Path(__file__).resolve().parent.parent
 PLAN_FILE = "comparison.json"      # what a results folder was asked to hold (for --resume)
 # Chosen so that `make compare` on a 2-core CPU ends within 15 minutes and every
-# row shows a model that learned (docs/compare.md, "Defaults, and why"): the first
-# epoch sits on the ln 10 plateau, the second ends at 0.67-0.71 test accuracy, the
-# third at 0.75-0.77 for every framework and mode (measured). Without GPUs the
-# default runs 1 device: virtual devices share the same cores (ideal speed-up 1).
+# row shows a model that learned (docs/compare.md, "Defaults, and why"): from the
+# default Glorot weights every framework and mode is at 0.765-0.772 test accuracy after
+# the first epoch and 0.75-0.78 after the second (measured, with full kernels and capped
+# at AVX2; docs/results/cpu-2core-default.md). Without GPUs the default runs 1 device:
+# virtual devices share the same cores (ideal speed-up 1).
 DEFAULT_EPOCHS = 2
 CPU_DEFAULT_DEVICES = [1]
 # Across machines, the modes run unless --mode names others: each framework's engine
