@@ -47,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--framework", default="pytorch", help="a comma-separated list, or all")
     p.add_argument("--mode", default="scratch", help="a comma-separated list, or all")
     p.add_argument("--model", default="lenet")
+    # the chapter's weights by default: from them the time to a target is the trade-off the
+    # chapters show (more, smaller steps against fewer, larger ones); from Glorot's every
+    # batch size here reaches 0.7 in its first epoch (docs/results/cpu-2core-default.md)
+    p.add_argument("--init", default="chapter", choices=("chapter", "glorot"),
+                   help="how the weights start (compare's --init)")
     p.add_argument("--batch-sizes", default="128,256,512")
     p.add_argument("--lr", type=positive_float, default=0.2, help="the learning rate at --base-batch")
     p.add_argument("--base-batch", type=positive, default=256)
@@ -73,7 +78,8 @@ def main(argv=None) -> int:
     for b in sizes:
         lr = args.lr * b / args.base_batch
         cmd = [sys.executable, "-m", "benchmarks.compare", "--framework", ",".join(frameworks),
-               "--mode", ",".join(modes), "--model", args.model, "--batch-size", str(b),
+               "--mode", ",".join(modes), "--model", args.model, "--init", args.init,
+               "--batch-size", str(b),
                "--lr", f"{lr:g}", "--epochs", str(args.epochs), "--target-accuracy",
                str(args.target_accuracy), "--dataset", args.dataset, "--devices", "1",
                "--no-plots", "--out", str(out / f"b{b}")]

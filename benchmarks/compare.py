@@ -93,7 +93,7 @@ def build_parser() -> Parser:
                         "every GPU; 1 alone without GPUs, where virtual devices would share "
                         "the same cores)")
     p.add_argument("--epochs", type=positive, default=DEFAULT_EPOCHS,
-                   help="epochs per run (the chapter's protocol: 10)")
+                   help="epochs per run (the chapter's protocol: 10, with --init chapter)")
     p.add_argument("--batch-size", type=positive, default=256,
                    help="global batch, split over the devices (fixed whatever the device count)")
     p.add_argument("--batch-per-device", type=positive, default=None,

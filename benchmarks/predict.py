@@ -199,9 +199,10 @@ def in_turn(record: dict) -> bool:
     """Whether a multi-device run's devices shared one process's threads: CPU devices of
     one process (every framework's operators there run on the process's one pool of
     k x C threads, whatever runs them: a Python loop, a graph or an engine), so their
-    work takes the cores in turn; a process per device, and GPUs, compute at once."""
-    return (record.get("device_kind") != "gpu" and (record.get("processes") or 1) == 1
-            and (record.get("nodes") or 1) == 1)
+    work takes the cores in turn; a process per device, and GPUs, compute at once. Across
+    nodes, the devices of each node's one process take turns (devices counts a node's)."""
+    return (record.get("device_kind") != "gpu" and record["devices"] > 1
+            and (record.get("processes") or 1) == (record.get("nodes") or 1))
 
 
 def shares_machine(record: dict) -> bool:
@@ -213,12 +214,14 @@ def shares_machine(record: dict) -> bool:
 
 
 def predict(compute: Compute, nbytes: int, batch: int, k: int, link: Link, overlap: float,
-            turns: Compute | None = None, contention: float = 1.0) -> dict:
-    """One step on k devices. `turns`: the devices share the k devices' cores and
-    threads (one device's step at that thread count), so compute is k of its steps;
-    else each computes its shard at once on its own, `contention` times slower than
-    alone."""
-    t1 = k * turns(batch / k) if turns else contention * compute(batch / k)
+            turns: Compute | None = None, contention: float = 1.0, per_process: int | None = None
+            ) -> dict:
+    """One step on k devices. `turns`: the devices of a process (per_process of them, k
+    by default) share their cores and threads (one device's step at that thread count),
+    so compute is per_process of its steps; else each computes its shard at once on its
+    own, `contention` times slower than alone."""
+    t1 = ((per_process or k) * turns(batch / k) if turns
+          else contention * compute(batch / k))
     t2 = allreduce_sec(nbytes, k, link)
     hidden = min(t2, overlap * BACKWARD_SHARE * t1)
     return {"k": k, "t1": t1, "t2": t2, "step": t1 + t2 - hidden}
@@ -364,7 +367,7 @@ def main(argv=None) -> int:
         variant = ALLREDUCE_VARIANT.get(mode, "native")
         link = link_for(framework, variant)
         if link is None:
-            skipped.append(f"{framework}: no measured {variant} all-reduce in {args.allreduce}")
+            skipped.append(f"{framework}: {_no_link(args, framework, variant)}")
             continue
         batch, nbytes = args.batch or batches[key], param_bytes(model)
         base = predict(compute, nbytes, batch, 1, link, args.overlap)["step"]
@@ -386,7 +389,7 @@ def main(argv=None) -> int:
         if k == 1:          # one device at a batch the fit did not see: t1 alone
             t1_checks.append({"model": model, "framework": framework, "mode": mode,
                               "cores": cores, "batch": r["batch_size"],
-                              "fitted on": ", ".join(str(b) for b, _ in sorted(set(compute.points))),
+                              "fitted on": ", ".join(map(str, sorted({b for b, _ in compute.points}))),
                               "predicted": compute(r["batch_size"]), "measured": step_sec(r),
                               "error": compute(r["batch_size"]) / step_sec(r) - 1})
             continue
@@ -394,20 +397,21 @@ def main(argv=None) -> int:
         # CPU devices that share the cores are not what the model describes
         if not (r.get("device_kind") == "gpu" or r.get("cores_per_device")):
             continue
-        turns = None
-        if in_turn(r):       # compute at the k x C cores the process had, one device at a time
-            turns = groups.get((model, framework, mode, execution, cores * k if cores else None))
+        turns, n = None, r["devices"]          # n: the devices of one process (a node's)
+        if in_turn(r):       # compute at the n x C cores the process had, one device at a time
+            turns = groups.get((model, framework, mode, execution, cores * n if cores else None))
             if turns is None:
-                skipped.append(f"{framework} {mode} x{k}: its devices share one process's {k} x "
-                               f"{cores} cores; predicting it needs 1-device runs at {k * cores} "
-                               f"cores (--cores-per-device {k * cores} --devices 1)")
+                skipped.append(f"{framework} {mode} x{k}: its devices share one process's {n} x "
+                               f"{cores} cores; predicting it needs 1-device runs at {n * cores} "
+                               f"cores (--cores-per-device {n * cores} --devices 1)")
                 continue
         variant = ("native" if (r.get("nodes") or 1) > 1 else ALLREDUCE_VARIANT.get(mode, "native"))
         link = link_for(framework, variant)
         if link is None:
+            skipped.append(f"{framework} {mode} x{k}: {_no_link(args, framework, variant)}")
             continue
         pr = predict(compute, param_bytes(model), r["batch_size"], k, link, args.overlap, turns,
-                     1.0 if turns or not shares_machine(r) else contention(k))
+                     1.0 if turns or not shares_machine(r) else contention(k), n)
         measured = step_sec(r)
         checks.append({"model": model, "framework": framework, "mode": mode,
                        "execution": execution, "k": k, "nodes": r.get("nodes") or 1,
@@ -419,6 +423,9 @@ def main(argv=None) -> int:
     t2_checks = (_t2_checks(args, {(c["framework"], v) for c in checks
                                    for v in {"native", ALLREDUCE_VARIANT.get(c["mode"], "native")}})
                  if args.link_fit_bytes else [])
+    if not table:
+        print("predict: error: nothing to predict: " + "; ".join(skipped), file=sys.stderr)
+        return 2
     out = Path(args.out or args.folders[0])
     out.mkdir(parents=True, exist_ok=True)
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -437,6 +444,16 @@ def main(argv=None) -> int:
     _plot(table, out / "predict.png")
     console.print(f"written: {out / 'predict.md'}, {out / 'predict.png'}", highlight=False)
     return 0
+
+
+def _no_link(args, framework: str, variant: str) -> str:
+    """Why no link could be fitted for a framework's all-reduce."""
+    rows = allreduce_rows(Path(args.allreduce), framework, variant)
+    if len(rows) >= 2 and args.link_fit_bytes:
+        return (f"fewer than 2 of its {variant} all-reduce sizes in {args.allreduce} are of at most "
+                f"--link-fit-bytes {args.link_fit_bytes} (sizes: "
+                f"{', '.join(str(r['bytes']) for r in rows)})")
+    return f"no measured {variant} all-reduce of 2 sizes or more in {args.allreduce}"
 
 
 def _t2_checks(args, pairs) -> list[dict]:

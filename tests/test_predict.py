@@ -102,6 +102,30 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert message in usage_error(["-m", "benchmarks.predict", str(tmp_path), *args])
 
 
+def test_devices_of_each_nodes_one_process_run_in_turn(tmp_path):
+    """2 nodes of 2 devices, one process a node (processes = nodes): each node's devices
+    take its cores in turn, so t1 is 2 steps at 2 cores of a quarter of the batch."""
+    for batch in (64, 256):
+        _record(tmp_path, 1, batch, 0.002 + batch * 1e-5, cores_per_device=1)
+        _record(tmp_path, 1, batch, (0.002 + batch * 1e-5) / 2, cores_per_device=2)
+    _record(tmp_path, 2, 256, 0.004, processes=2, nodes=2, launcher="local", cores_per_device=1)
+    proc = run_python(["-m", "benchmarks.predict", str(tmp_path), "--link", "ib-100g"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cells = _check_row((tmp_path / "predict.md").read_text(), "native")
+    assert cells[4:8] == ["2", "4", "256", "in turn"]
+    assert float(cells[8]) == pytest.approx(2 * (0.002 + 64e-5) / 2 * 1e3, abs=0.01)
+
+
+def test_a_link_fit_below_two_sizes_is_bad_input(tmp_path):
+    runs, dev = tmp_path / "runs", tmp_path / "devices"
+    for batch in (64, 256):
+        _record(runs, 1, batch, 0.002 + batch * 1e-5, cores_per_device=1)
+    rows = [{"variant": "native", "bytes": n, "median_s": 1e-4 + n / 1e9} for n in (4096, 2**20)]
+    write_atomic(dev / "pytorch-allreduce.devices.json", {"status": "ok", "rows": rows})
+    assert "fewer than 2 of its native all-reduce sizes" in usage_error(
+        ["-m", "benchmarks.predict", str(runs), "--allreduce", str(dev), "--link-fit-bytes", "4096"])
+
+
 def test_no_one_device_run_is_bad_input(tmp_path):
     _record(tmp_path, 2, 256, 0.01)
     assert "no successful single-node 1-device run" in usage_error(

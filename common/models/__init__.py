@@ -32,8 +32,8 @@ NAMES = ("lenet", "resnet18")
 # zero and BatchNorm at scale 1, shift 0 in both. A run's default is DEFAULT_INIT: from
 # the chapter's N(0, 0.01^2), LeNet sits on the ln 10 plateau for about an epoch and
 # when a run leaves it depends on float rounding (one framework's row ended at 0.66, the
-# others' at 0.76, on a CPU without AVX-512), while from Glorot's every row leaves it in
-# the first hundred steps (docs/results/cpu-2core-default.md). "chapter" reproduces the
+# others' at 0.76, on a CPU without AVX-512), while from Glorot's every row is at
+# 0.765-0.772 test accuracy after the first epoch (docs/results/cpu-2core-default.md). "chapter" reproduces the
 # chapter.
 INITS = {
     "chapter": "the chapter's: every conv and dense weight ~ N(0, 0.01^2)",

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The records behind docs/results/cpu-2core-predictor.md, measured anew into $OUT
-# (default: this folder). Run it on an otherwise idle machine with 2 or more cores and
-# real Fashion-MNIST (make data): about 10 minutes on 2 cores. Then regenerate the
-# table and plot from the records with the predict command in that page.
+# (default: results/predictor, so that the committed records stay as they are; give the
+# predict command of that page $OUT's folders instead of docs/results/predictor's). Run
+# it on an otherwise idle machine with 2 or more cores and real Fashion-MNIST (make
+# data): about 20 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-OUT=${OUT:-docs/results/predictor}
+OUT=${OUT:-results/predictor}
 PY=${PY:-.venv/bin/python}
 compare() { "$PY" -m benchmarks.compare --mode native --epochs 1 --repeat "${REPEAT:-2}" --cores-per-device 1 --no-plots "$@"; }
 LENET="--framework all --steps-per-epoch 30 --eval-samples 200"
