@@ -27,19 +27,9 @@ from common.core.modes import MODES
 from common.reports.runs import colour, machine_lines, save_figure, timing
 from common.results.record import RecordError, load_records
 
-from .cli import Parser, UsageError, fraction, names, positive, positive_float
+from .cli import Parser, UsageError, fraction, int_list, names, positive, positive_float
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = sorted({int(x) for x in text.split(",")})
-    except ValueError:
-        raise UsageError(f"--batch-sizes takes sizes like 128,256,512; got {text!r}") from None
-    if not sizes or sizes[0] < 1:
-        raise UsageError(f"--batch-sizes must be 1 or more; got {text!r}")
-    return sizes
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     # batch size here reaches 0.7 in its first epoch (docs/results/cpu-2core-default.md)
     p.add_argument("--init", default="chapter", choices=("chapter", "glorot"),
                    help="how the weights start (compare's --init)")
-    p.add_argument("--batch-sizes", default="128,256,512")
+    p.add_argument("--batch-sizes", default="128,256,512",
+                   type=int_list("--batch-sizes", "sizes like 128,256,512", "must be 1 or more"))
     p.add_argument("--lr", type=positive_float, default=0.2, help="the learning rate at --base-batch")
     p.add_argument("--base-batch", type=positive, default=256)
     p.add_argument("--target-accuracy", type=fraction, default=0.7)
@@ -69,13 +60,12 @@ def main(argv=None) -> int:
         args = p.parse_args(argv)
         frameworks = names(args.framework, registry.NAMES, "framework")
         modes = names(args.mode, MODES, "mode")
-        sizes = _sizes(args.batch_sizes)
     except UsageError as e:
         print(f"batch_sweep: error: {e}", file=sys.stderr)
         return 2
     out = Path(args.out or ROOT / "results" / time.strftime("sweep-%Y%m%d-%H%M%S"))
     code = 0
-    for b in sizes:
+    for b in args.batch_sizes:
         lr = args.lr * b / args.base_batch
         cmd = [sys.executable, "-m", "benchmarks.compare", "--framework", ",".join(frameworks),
                "--mode", ",".join(modes), "--model", args.model, "--init", args.init,
@@ -93,7 +83,7 @@ def main(argv=None) -> int:
             return done.returncode
         code = max(code, done.returncode)
     records = []
-    for b in sizes:
+    for b in args.batch_sizes:
         try:
             records += load_records(out / f"b{b}")
         except (RecordError, OSError) as e:

@@ -43,6 +43,21 @@ positive = integer(1, "at least 1")
 non_negative = integer(0, "0 or more")
 
 
+def int_list(option: str, example: str, rule: str, least: int = 1):
+    """An argparse type: comma-separated integers of 1 or more (batch sizes and the like),
+    sorted, repeats dropped, at least `least` of them; `example` and `rule` word the
+    messages ("{option} takes {example}", "{option} {rule}")."""
+    def parse(text):
+        try:
+            values = sorted({int(x) for x in text.split(",")})
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} takes {example}; got {text!r}") from None
+        if len(values) < least or values[0] < 1:
+            raise argparse.ArgumentTypeError(f"{option} {rule}; got {text!r}")
+        return values
+    return parse
+
+
 def names(text: str, valid, option: str) -> list[str]:
     """A comma-separated list of names from `valid` (or "all": every one), repeats
     dropped, order kept. One rule for every list option of every command: an empty

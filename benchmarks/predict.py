@@ -45,7 +45,7 @@ from common.launch.launcher import thread_env
 from common.reports.runs import all_devices, colour, machine_lines, save_figure, timing
 from common.results.record import RecordError, load_records
 
-from .cli import Parser, UsageError, positive
+from .cli import Parser, UsageError, int_list, positive
 
 DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 BACKWARD_SHARE = 2 / 3          # of a training step: the backward pass costs about twice the forward
@@ -241,17 +241,6 @@ def _row_key(r: dict) -> tuple:
             r.get("cores_per_device"))
 
 
-def _batches(text):
-    try:
-        sizes = sorted({int(x) for x in text.split(",")})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--fit-batches takes batch sizes like 64,128; got {text!r}") from None
-    if len(sizes) < 2 or sizes[0] < 1:
-        raise argparse.ArgumentTypeError(f"--fit-batches needs two or more batch sizes of 1 or "
-                                         f"more (a + c x b has two unknowns); got {text!r}")
-    return sizes
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m benchmarks.predict", description=__doc__.split("\n\n")[0])
     p.add_argument("folders", nargs="+", metavar="DIR", help="compare results folders")
@@ -260,7 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allreduce", default=None, metavar="DIR",
                    help="a benchmarks.devices folder: the link fitted to each framework's "
                         "measured native all-reduce (instead of --link)")
-    p.add_argument("--fit-batches", type=_batches, default=None, metavar="B,B,...",
+    p.add_argument("--fit-batches", default=None, metavar="B,B,...",
+                   type=int_list("--fit-batches", "batch sizes like 64,128", "needs two or more "
+                                 "batch sizes of 1 or more (a + c x b has two unknowns)", least=2),
                    help="fit compute on the single-node 1-device rows at these batch sizes only; "
                         "1-device rows at other sizes then validate it (default: fit on all)")
     p.add_argument("--link-fit-bytes", type=positive, default=None, metavar="N",
@@ -387,11 +378,12 @@ def main(argv=None) -> int:
         if compute is None or fitted(r, args.fit_batches):
             continue
         if k == 1:          # one device at a batch the fit did not see: t1 alone
+            predicted, measured = compute(r["batch_size"]), step_sec(r)
             t1_checks.append({"model": model, "framework": framework, "mode": mode,
                               "cores": cores, "batch": r["batch_size"],
                               "fitted on": ", ".join(map(str, sorted({b for b, _ in compute.points}))),
-                              "predicted": compute(r["batch_size"]), "measured": step_sec(r),
-                              "error": compute(r["batch_size"]) / step_sec(r) - 1})
+                              "predicted": predicted, "measured": measured,
+                              "error": predicted / measured - 1})
             continue
         # devices with hardware of their own (GPUs, --cores-per-device, or machines):
         # CPU devices that share the cores are not what the model describes
@@ -494,13 +486,20 @@ def _ms(v):
     return f"{v * 1e3:.2f}"
 
 
-def _table(rows: list[dict], markdown: bool) -> Table:
-    t = Table(box=box.MARKDOWN if markdown else box.SIMPLE_HEAD,
-              title=None if markdown else "predicted step time (ms) by device count")
-    columns = ("model", "framework", "mode", "link", "batch", "k", "t1 ms", "t2 ms", "step ms",
-               "speed-up", "efficiency", "t1 > 1.2 t2 from b")
+def _new_table(markdown: bool, title: str, columns: tuple, left: tuple) -> Table:
+    """An empty table of these columns (text in `left` left-aligned, figures right):
+    markdown for predict.md, else for the terminal under its title."""
+    t = Table(box=box.MARKDOWN if markdown else box.SIMPLE_HEAD, title=None if markdown else title)
     for c in columns:
-        t.add_column(c, justify="left" if c in ("model", "framework", "mode", "link") else "right")
+        t.add_column(c, justify="left" if c in left else "right")
+    return t
+
+
+def _table(rows: list[dict], markdown: bool) -> Table:
+    t = _new_table(markdown, "predicted step time (ms) by device count",
+                   ("model", "framework", "mode", "link", "batch", "k", "t1 ms", "t2 ms",
+                    "step ms", "speed-up", "efficiency", "t1 > 1.2 t2 from b"),
+                   ("model", "framework", "mode", "link"))
     for r in rows:
         t.add_row(r["model"], r["framework"], r["mode"] + (f" {r['execution']}" if r["execution"] else ""),
                   r["link"], str(r["batch"]), str(r["k"]), _ms(r["t1"]), _ms(r["t2"]),
@@ -510,14 +509,11 @@ def _table(rows: list[dict], markdown: bool) -> Table:
 
 
 def _checks(rows: list[dict], markdown: bool) -> Table:
-    t = Table(box=box.MARKDOWN if markdown else box.SIMPLE_HEAD,
-              title=None if markdown else "the whole step: predicted against measured")
-    columns = ("model", "framework", "mode", "scaling", "nodes", "k", "batch", "devices run",
-               "t1 ms", "t2 ms", "t2 share", "predicted ms", "measured ms", "error",
-               "error if t2 = 0")
-    for c in columns:
-        t.add_column(c, justify="left" if c in ("model", "framework", "mode", "scaling",
-                                                 "devices run") else "right")
+    t = _new_table(markdown, "the whole step: predicted against measured",
+                   ("model", "framework", "mode", "scaling", "nodes", "k", "batch",
+                    "devices run", "t1 ms", "t2 ms", "t2 share", "predicted ms", "measured ms",
+                    "error", "error if t2 = 0"),
+                   ("model", "framework", "mode", "scaling", "devices run"))
     for r in rows:
         t.add_row(r["model"], r["framework"], r["mode"], r["scaling"], str(r["nodes"]),
                   str(r["k"]), str(r["batch"]), r["devices run"], _ms(r["t1"]), _ms(r["t2"]),
@@ -527,11 +523,9 @@ def _checks(rows: list[dict], markdown: bool) -> Table:
 
 
 def _t1_checks(rows: list[dict], markdown: bool) -> Table:
-    t = Table(box=box.MARKDOWN if markdown else box.SIMPLE_HEAD,
-              title=None if markdown else "t1: one device at batch sizes the fit did not see")
-    for c in ("model", "framework", "mode", "cores", "fitted on", "batch", "predicted ms",
-              "measured ms", "error"):
-        t.add_column(c, justify="left" if c in ("model", "framework", "mode", "fitted on") else "right")
+    t = _new_table(markdown, "t1: one device at batch sizes the fit did not see",
+                   ("model", "framework", "mode", "cores", "fitted on", "batch", "predicted ms",
+                    "measured ms", "error"), ("model", "framework", "mode", "fitted on"))
     for r in rows:
         t.add_row(r["model"], r["framework"], r["mode"], str(r["cores"] or "-"), r["fitted on"],
                   str(r["batch"]), _ms(r["predicted"]), _ms(r["measured"]), f"{r['error']:+.0%}")
@@ -539,10 +533,9 @@ def _t1_checks(rows: list[dict], markdown: bool) -> Table:
 
 
 def _t2_table(rows: list[dict], markdown: bool) -> Table:
-    t = Table(box=box.MARKDOWN if markdown else box.SIMPLE_HEAD,
-              title=None if markdown else "t2: all-reduce sizes the link fit did not see (2 devices)")
-    for c in ("framework", "all-reduce", "size", "predicted ms", "measured ms", "error"):
-        t.add_column(c, justify="left" if c in ("framework", "all-reduce") else "right")
+    t = _new_table(markdown, "t2: all-reduce sizes the link fit did not see (2 devices)",
+                   ("framework", "all-reduce", "size", "predicted ms", "measured ms", "error"),
+                   ("framework", "all-reduce"))
     for r in rows:
         t.add_row(r["framework"], r["variant"], _size(r["bytes"]), _ms(r["predicted"]),
                   _ms(r["measured"]), f"{r['error']:+.0%}")

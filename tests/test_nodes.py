@@ -17,7 +17,7 @@ from common.facts import data, registry
 from common import models
 from common.launch.launcher import free_port
 from tests.conftest import RUN_SHAPE, ROOT, covered, interrupt, planted_run, subprocess_env
-from tests.test_training import GLOROT_LOSS_ATOL, _agree, _ok, _same_params
+from tests.test_training import GLOROT_LOSS_ATOL, _agree, _lenet_glorot_config, _ok, _same_params
 
 STEPS = 4
 JOIN_TIMEOUT = 60        # seconds; each test's bound on a lost node
@@ -167,10 +167,9 @@ def test_the_nodes_check_fails_when_a_node_skips_its_share_of_the_all_reduce(tmp
     its parameters must fail it."""
     if "pytorch" not in covered():
         pytest.skip("needs pytorch")
-    planted = _ok(planted_run(tmp_path, NODE_1_SENDS_ZEROS, {
-        "framework": "pytorch", "mode": "native", "devices": 1, "dataset": "synthetic",
-        "epochs": 1, **RUN_SHAPE["lenet"], "steps_per_epoch": STEPS, "nodes": 2,
-        "launcher": "local", "join_timeout": JOIN_TIMEOUT, "init": INIT}))
+    planted = _ok(planted_run(tmp_path, NODE_1_SENDS_ZEROS, _lenet_glorot_config(
+        "pytorch", "native", 1, steps_per_epoch=STEPS, nodes=2, launcher="local",
+        join_timeout=JOIN_TIMEOUT)))
     losses, fingerprint = _one_process()
     with pytest.raises(AssertionError, match="parameters differ"):
         _same_params(planted["param_fingerprint"], fingerprint, "planted")
