@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from dataclasses import dataclass, field
 
 
@@ -14,9 +15,11 @@ EXECUTIONS = {
     "graph": "traced once into a dataflow graph that the runtime optimises, no compiler "
              "(TensorFlow's tf.function)",
     "compiled": "the framework's compiler or graph optimiser (torch.compile, XLA, MXNet "
-                "hybridize, Paddle to_static)",
+                "hybridize, Paddle to_static, jax.jit)",
 }
 
+_KERAS_SCRATCH = ("Keras has no from-scratch training loop of its own: its data "
+                  "parallelism is model.fit under a distribution")
 _SINGLE_PROCESS = "{}'s single-process multi-device data parallelism is its native mode"
 
 
@@ -39,6 +42,8 @@ class Framework:
     # what it cannot do, with the reason: a mode, an execution (every one of EXECUTIONS
     # is either in `executions` or here) or a feature such as "sync-bn"
     lacks: dict[str, str] = field(default_factory=dict)
+    # environment that must be set before the framework's modules load (Keras's backend)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -79,6 +84,20 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"dataparallel": "Paddle has no single-process multi-device data parallelism: "
                                "paddle.DataParallel (its native mode) runs a process per device",
                "graph": "Paddle's graph mode is paddle.jit.to_static, run as --execution compiled"}),
+    # JAX: functional, so the chapter's in-place allreduce writes into mutable slots
+    # (frameworks/jax/devices.py Slot); its native data parallelism is the compiler's
+    Framework("jax", "frameworks.jax", ("jax",), ("jax", "jaxlib"), "jax",
+              "jax.jit over a Mesh of the devices: the batch sharded "
+              "(NamedSharding(mesh, P('data'))), the parameters replicated; XLA's SPMD "
+              "partitioner inserts the all-reduce of the gradients", False,
+              {"eager": "JAX op by op: every jax.numpy call and jax.vjp dispatched as Python "
+                        "calls it, no jax.jit",
+               "compiled": "jax.jit: a shard's forward and backward (scratch, model mode) or "
+                           "the whole step (native) traced once and compiled by XLA"},
+              {"*": "compiled"}, "jax-distributed",
+              {"graph": "JAX's graph is its compiler's input: jax.jit traces a jaxpr that XLA "
+                        "compiles (--execution compiled)",
+               "dataparallel": "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS.format("jax")}),
     # Keras 3 runs here on its TensorFlow backend
     Framework("keras", "frameworks.keras", ("keras", "tensorflow"), ("keras", "tensorflow"), "keras",
               "model.fit under tf.distribute.MirroredStrategy "
@@ -87,8 +106,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "graph": "Model.compile(jit_compile=False): train_step in a tf.function",
                "compiled": "Model.compile(jit_compile=True): train_step compiled by XLA"},
               {"*": "graph", "model": "eager"}, "tf-config",
-              {"scratch": "Keras has no from-scratch training loop of its own: its "
-                          "data parallelism is model.fit under a distribution strategy",
+              {"scratch": _KERAS_SCRATCH,
                "dataparallel": "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS.format("keras")}),
 )}
 NAMES = tuple(FRAMEWORKS)
@@ -135,9 +153,11 @@ def not_installed(name: str) -> str:
 
 
 def get(name: str):
-    """Import one framework package on demand and return its backend instance."""
+    """Import one framework package on demand and return its backend instance (after
+    setting the environment its facts name, which must precede the import)."""
     if not is_installed(name):
         raise NotInstalled(not_installed(name))
+    os.environ.update(facts(name).env)
     return importlib.import_module(facts(name).package).BACKEND
 
 
