@@ -335,7 +335,12 @@ def every_execution_matches_oracle(b, name):
             if not models.get(name).STATE_NAMES:
                 run = execution != default
             else:
-                run = mode == first and (execution == "compiled" or
+                # compiled, or where compiled is native mode's default (checked above),
+                # the first execution besides it
+                other = ("compiled" if mode == "scratch" or default != "compiled" else
+                         next(e for e in registry.EXECUTIONS if e != default
+                              and (b.name, e) not in registry.KNOWN_GAPS))
+                run = mode == first and (execution == other or
                                          (mode == "scratch" and execution == default))
             if run:
                 devices = 1 if models.get(name).STATE_NAMES and execution != default else None
@@ -365,6 +370,16 @@ def _oracle_steps(name, shards, unbiased):
     return losses.copy(), [p.copy() for p in params], [s.copy() for s in state]
 
 
+def _native_devices(b, name) -> int:
+    """The devices of the native checks: 2 where the framework runs them in one process
+    with each replica's own BatchNorm statistics (what the oracle per shard computes),
+    else 1 (a process per device; a known gap: one device, or BatchNorm over the full
+    batch alone)."""
+    one = (b.facts.native_processes or registry.gap(b.name, "multi-device")
+           or (models.get(name).STATE_NAMES and registry.gap(b.name, "replica-bn")))
+    return 1 if one else 2
+
+
 def _trainer(b, name, mode, execution, params, n):
     execution = execution or registry.default_execution(b.name, mode)
     if mode == "native":
@@ -376,7 +391,7 @@ def _trainer(b, name, mode, execution, params, n):
 
 def _trainer_matches_oracle(b, name, mode, execution, devices=None):
     model, tol = models.get(name), TOLERANCES[name]
-    n = devices or (1 if (mode == "native" and b.facts.native_processes) else 2)
+    n = devices or (_native_devices(b, name) if mode == "native" else 2)
     params = _nontrivial_params(model)
     try:
         trainer = _trainer(b, name, mode, execution, params, n)
@@ -531,6 +546,7 @@ def _gap_probes(b):
     with_state = [m for m in models.NAMES if models.get(m).STATE_NAMES]
     from common.core.scratch import train_batch
     X, y = _batch(8)
+    native = registry.default_execution(b.name, "native")
 
     def one_step(execution):
         mode = "native" if (b.name, "scratch") in registry.KNOWN_GAPS else "scratch"
@@ -542,6 +558,11 @@ def _gap_probes(b):
         **{e: [lambda e=e: one_step(e)] for e in registry.EXECUTIONS},
         "dataparallel": [lambda: b.dataparallel_trainer("lenet", params, devices, 0.2, "eager")],
         "model": [lambda: _pipeline(b, "lenet", params, 2).step(*_batch(4))],
+        # where not listed, native_trainer_matches_oracle runs these on 2 devices
+        "multi-device": [lambda: b.native_trainer("lenet", params, b.devices(2), 0.2, native)],
+        "replica-bn": [lambda m=m: b.native_trainer(m, models.get(m).init_params(0, "chapter"),
+                                                    b.devices(2), 0.2, native)
+                       for m in with_state],
         "sync-bn": [lambda: b.native_trainer(
             m, models.get(m).init_params(0, "chapter"), b.devices(1 if b.facts.native_processes else 2),
             0.2, registry.default_execution(b.name, "native"), sync_bn=True) for m in with_state],
@@ -554,8 +575,9 @@ def known_gaps_still_gaps(b):
     (but may say NeedsGPU on a machine without GPUs)."""
     for capability, calls in _gap_probes(b).items():
         gap = registry.KNOWN_GAPS.get((b.name, capability))
-        if not gap and capability in registry.EXECUTIONS:
-            continue    # every execution a framework has ran in every_execution_matches_oracle
+        if not gap and capability in (*registry.EXECUTIONS, "multi-device", "replica-bn"):
+            continue    # each ran in every_execution_matches_oracle or on 2 devices in
+                        # native_trainer_matches_oracle
         for call in (calls if gap else calls[:1]):
             try:
                 call()

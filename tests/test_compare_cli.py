@@ -63,7 +63,7 @@ def test_bad_input_exits_2_from_the_command():
 def test_a_crashing_framework_leaves_the_others_intact(tmp_path):
     # Two frameworks with separate libraries; the first one's library is replaced,
     # in the workers only, by a module that aborts the process as it is imported.
-    pair = [f for f in covered() if f != "keras"][:2]
+    pair = [f for f in covered() if not f.startswith("keras")][:2]
     if len(pair) < 2:
         pytest.skip("needs two installed frameworks")
     crashing, surviving = pair

@@ -106,7 +106,7 @@ def test_each_part_runs_where_the_placement_says(checks, framework):
     two = _ran(checks(framework))["two-branch"]["placement"]
     from common.facts.machine import gpu_count
     if not gpu_count():
-        expected = 3 if framework in ("tensorflow", "keras", "mxnet") else 1
+        expected = 3 if framework in ("tensorflow", "keras-tensorflow", "mxnet") else 1
         assert len(set(two.values())) == expected, two
 
 

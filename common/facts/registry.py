@@ -18,9 +18,27 @@ EXECUTIONS = {
                 "hybridize, Paddle to_static, jax.jit)",
 }
 
+# The features a framework may lack besides modes and executions
+FEATURES = {
+    "sync-bn": "BatchNorm synchronised over the replicas of native mode",
+    "multi-device": "native mode on several devices",
+    "replica-bn": "native mode on several devices with each replica's own BatchNorm "
+                  "statistics (what runs without --sync-bn)",
+}
+
 _KERAS_SCRATCH = ("Keras has no from-scratch training loop of its own: its data "
                   "parallelism is model.fit under a distribution")
 _SINGLE_PROCESS = "{}'s single-process multi-device data parallelism is its native mode"
+_NOT_DATAPARALLEL = "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS
+_KERAS_JAX_BN = ("keras.distribution.DataParallel on JAX runs one program over the global "
+                 "batch: BatchNorm normalises over every device's rows, never one replica's "
+                 "alone (run several devices with --sync-bn)")
+_KERAS_STAGES = ("frameworks/keras/pipeline.py backpropagates through a stage with "
+                 "TensorFlow's GradientTape; a stage's backward on {} (vjp of the stage with "
+                 "its output's gradient) is not written yet")
+_KERAS_TORCH_DEVICES = ("Keras 3.15's torch backend has no keras.distribution (no "
+                        "distribution_lib: list_devices and DataParallel need the JAX backend, "
+                        "and MirroredStrategy the TensorFlow one), so model.fit runs on one device")
 
 
 @dataclass(frozen=True)
@@ -40,7 +58,7 @@ class Framework:
     # how its engine starts on each of several machines (a key of common.launch.nodes.LAUNCHERS)
     cluster: str = ""
     # what it cannot do, with the reason: a mode, an execution (every one of EXECUTIONS
-    # is either in `executions` or here) or a feature such as "sync-bn"
+    # is either in `executions` or here) or a feature (FEATURES)
     lacks: dict[str, str] = field(default_factory=dict)
     # environment that must be set before the framework's modules load (Keras's backend)
     env: dict[str, str] = field(default_factory=dict)
@@ -64,7 +82,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "compiled": "XLA: each device's forward and backward in a "
                            "tf.function(jit_compile=True), the rest in a tf.function"},
               {"*": "graph", "model": "eager"}, "tf-config",
-              {"dataparallel": "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS.format("tensorflow")}),
+              {"dataparallel": _NOT_DATAPARALLEL.format("tensorflow")}),
     Framework("mxnet", "frameworks.mxnet", ("mxnet",), ("mxnet",), "mxnet",
               "gluon.Trainer over a context list, gradients reduced by a KVStore", False,
               {"eager": "MXNet imperative NDArray ops under autograd.record (queued "
@@ -72,7 +90,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "compiled": "HybridBlock.hybridize(static_alloc, static_shape): a cached "
                            "symbolic graph"},
               {"*": "eager", "native": "compiled"}, "dmlc",
-              {"dataparallel": "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS.format("mxnet"),
+              {"dataparallel": _NOT_DATAPARALLEL.format("mxnet"),
                "graph": "MXNet's graph mode is hybridize(), run as --execution compiled"}),
     Framework("paddle", "frameworks.paddle", ("paddle",), ("paddlepaddle", "paddlepaddle-gpu"),
               "paddle", "paddle.DataParallel, one process per device "
@@ -97,17 +115,50 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"*": "compiled"}, "jax-distributed",
               {"graph": "JAX's graph is its compiler's input: jax.jit traces a jaxpr that XLA "
                         "compiles (--execution compiled)",
-               "dataparallel": "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS.format("jax")}),
-    # Keras 3 runs here on its TensorFlow backend
-    Framework("keras", "frameworks.keras", ("keras", "tensorflow"), ("keras", "tensorflow"), "keras",
-              "model.fit under tf.distribute.MirroredStrategy "
-              "(keras.distribution.DataParallel needs the JAX backend)", False,
+               "dataparallel": _NOT_DATAPARALLEL.format("jax")}),
+    # Keras 3, one row per backend (KERAS_BACKEND, set before Keras loads), one package
+    Framework("keras-tensorflow", "frameworks.keras", ("keras", "tensorflow"), ("keras", "tensorflow"),
+              "keras", "model.fit under tf.distribute.MirroredStrategy "
+              "(keras.distribution.DataParallel is a prototype on this backend)", False,
               {"eager": "Model.compile(run_eagerly=True): train_step op by op",
                "graph": "Model.compile(jit_compile=False): train_step in a tf.function",
                "compiled": "Model.compile(jit_compile=True): train_step compiled by XLA"},
               {"*": "graph", "model": "eager"}, "tf-config",
               {"scratch": _KERAS_SCRATCH,
-               "dataparallel": "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS.format("keras")}),
+               "dataparallel": _NOT_DATAPARALLEL.format("keras-tensorflow")},
+              env={"KERAS_BACKEND": "tensorflow"}),
+    Framework("keras-jax", "frameworks.keras", ("keras", "jax"), ("keras", "jax", "jaxlib"),
+              "keras-jax", "model.fit under keras.distribution.DataParallel (a DeviceMesh of "
+              "the devices: the batch sharded, the weights replicated; XLA inserts the "
+              "all-reduce)", False,
+              {"eager": "Model.compile(run_eagerly=True): train_step op by op in JAX, no jax.jit",
+               "compiled": "Model.compile(jit_compile=True): train_step in jax.jit (XLA)"},
+              {"*": "compiled", "model": "eager"}, "",
+              {"scratch": _KERAS_SCRATCH,
+               "dataparallel": _NOT_DATAPARALLEL.format("keras-jax"),
+               "graph": "Keras on JAX has no graph mode of its own: jit_compile=False without "
+                        "run_eagerly runs train_step op by op, as eager does; JAX's graph is "
+                        "its compiler's input (--execution compiled)",
+               # measured: one SPMD program over the global batch, so BatchNorm's mean
+               # and variance span every device's rows
+               "replica-bn": _KERAS_JAX_BN,
+               "model": _KERAS_STAGES.format("JAX (jax.vjp over Model.stateless_call)")},
+              env={"KERAS_BACKEND": "jax"}),
+    Framework("keras-torch", "frameworks.keras", ("keras", "torch"), ("keras", "torch"),
+              "keras-torch", "model.fit on one device (Keras 3.15's torch backend has no "
+              "keras.distribution)", False,
+              {"eager": "Model.compile(run_eagerly=True): train_step op by op in PyTorch",
+               "compiled": "Model.compile(jit_compile=True): train_step in torch.compile "
+                           "(TorchDynamo + inductor)"},
+              {"*": "eager"}, "",
+              {"scratch": _KERAS_SCRATCH,
+               "dataparallel": _NOT_DATAPARALLEL.format("keras-torch"),
+               "graph": "Keras on PyTorch has no graph mode: jit_compile=False runs train_step "
+                        "eagerly; its graph capture is torch.compile (--execution compiled)",
+               "multi-device": _KERAS_TORCH_DEVICES,
+               "sync-bn": "synchronised BatchNorm needs several devices: " + _KERAS_TORCH_DEVICES,
+               "model": _KERAS_STAGES.format("torch (torch.autograd.backward)")},
+              env={"KERAS_BACKEND": "torch"}),
 )}
 NAMES = tuple(FRAMEWORKS)
 
@@ -125,6 +176,14 @@ def check_name(name: str) -> str:
         raise UnknownFramework(
             f"unknown framework {name!r}; choose from: {', '.join(NAMES)}")
     return name
+
+
+def groups() -> dict[str, list[str]]:
+    """Names that stand for several frameworks on the command line: "keras", every
+    installed Keras backend (every one, where none is installed: their rows then say
+    how to install them)."""
+    keras = [n for n in NAMES if n.startswith("keras-")]
+    return {"keras": [n for n in keras if is_installed(n)] or keras}
 
 
 def facts(name: str) -> Framework:
