@@ -34,6 +34,16 @@ def covered() -> list[str]:
     return [n for n in registry.NAMES if n in names]
 
 
+def having(capability: str) -> list[str]:
+    """The covered frameworks that have a capability (no known gap for it)."""
+    return [n for n in covered() if not registry.gap(n, capability)]
+
+
+def lacking(capability: str) -> list[str]:
+    """The covered frameworks that list a capability as a known gap."""
+    return [n for n in covered() if registry.gap(n, capability)]
+
+
 def subprocess_env(threads: int = THREADS, extra_path: str | None = None) -> dict:
     """A worker's environment (benchmarks.runner.worker_env), with `extra_path` first on
     the module path (fault injection: a fake framework, a planted bug)."""

@@ -24,6 +24,9 @@ FEATURES = {
     "multi-device": "native mode on several devices",
     "replica-bn": "native mode on several devices with each replica's own BatchNorm "
                   "statistics (what runs without --sync-bn)",
+    "devices": "the device experiments (benchmarks.devices: frameworks/<name>/ops.py)",
+    "scopes": "the device-scopes example (benchmarks.device_scopes: frameworks/<name>/scopes.py)",
+    "nodes": "native mode across several machines (--nodes N: the facts' cluster launcher)",
 }
 
 _KERAS_SCRATCH = ("Keras has no from-scratch training loop of its own: its data "
@@ -36,9 +39,16 @@ _KERAS_JAX_BN = ("keras.distribution.DataParallel on JAX runs one program over t
 _KERAS_STAGES = ("frameworks/keras/pipeline.py backpropagates through a stage with "
                  "TensorFlow's GradientTape; a stage's backward on {} (vjp of the stage with "
                  "its output's gradient) is not written yet")
+_KERAS_OPS = ("variables written with assign, TensorFlow's MirroredStrategy for the native "
+              "all-reduce: Keras 3 has no collective of its own")
+_KERAS_SCOPES = "the gradients taken with TensorFlow's GradientTape"
+_KERAS_TF_ONLY = ("frameworks/keras/{} is written on TensorFlow under Keras ({}); "
+                  "on {} it is not written yet")
 _KERAS_TORCH_DEVICES = ("Keras 3.15's torch backend has no keras.distribution (no "
-                        "distribution_lib: list_devices and DataParallel need the JAX backend, "
-                        "and MirroredStrategy the TensorFlow one), so model.fit runs on one device")
+                        "distribution_lib: keras.distribution.list_devices() fails with "
+                        "\"'NoneType' object has no attribute 'list_devices'\", and model.fit "
+                        "under a DataParallel scope runs as if it were not there), so "
+                        "model.fit runs on one device")
 
 
 @dataclass(frozen=True)
@@ -55,7 +65,8 @@ class Framework:
     # runs when none is asked for ("*": every mode not named)
     executions: dict[str, str]
     default_execution: dict[str, str]
-    # how its engine starts on each of several machines (a key of common.launch.nodes.LAUNCHERS)
+    # how its engine starts on each of several machines (a key of common.launch.nodes.LAUNCHERS;
+    # "" where it has none: its `lacks` says why under "nodes")
     cluster: str = ""
     # what it cannot do, with the reason: a mode, an execution (every one of EXECUTIONS
     # is either in `executions` or here) or a feature (FEATURES)
@@ -142,7 +153,13 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                # measured: one SPMD program over the global batch, so BatchNorm's mean
                # and variance span every device's rows
                "replica-bn": _KERAS_JAX_BN,
-               "model": _KERAS_STAGES.format("JAX (jax.vjp over Model.stateless_call)")},
+               "model": _KERAS_STAGES.format("JAX (jax.vjp over Model.stateless_call)"),
+               "nodes": "Keras on JAX across machines starts with keras.distribution.initialize "
+                        "(jax.distributed: coordinator address, process count and id per node); "
+                        "the suite's launcher for it (common/launch/nodes.py, 'jax-distributed') "
+                        "is not written yet",
+               "devices": _KERAS_TF_ONLY.format("ops.py", _KERAS_OPS, "JAX"),
+               "scopes": _KERAS_TF_ONLY.format("scopes.py", _KERAS_SCOPES, "JAX")},
               env={"KERAS_BACKEND": "jax"}),
     Framework("keras-torch", "frameworks.keras", ("keras", "torch"), ("keras", "torch"),
               "keras-torch", "model.fit on one device (Keras 3.15's torch backend has no "
@@ -157,7 +174,13 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                         "eagerly; its graph capture is torch.compile (--execution compiled)",
                "multi-device": _KERAS_TORCH_DEVICES,
                "sync-bn": "synchronised BatchNorm needs several devices: " + _KERAS_TORCH_DEVICES,
-               "model": _KERAS_STAGES.format("torch (torch.autograd.backward)")},
+               "model": _KERAS_STAGES.format("torch (torch.autograd.backward)"),
+               "nodes": "Keras 3.15's torch backend has no keras.distribution: "
+                        "keras.distribution.initialize fails with \"'NoneType' object has no "
+                        "attribute 'initialize'\"; several processes would need "
+                        "DistributedDataParallel around the model, outside Keras",
+               "devices": _KERAS_TF_ONLY.format("ops.py", _KERAS_OPS, "torch"),
+               "scopes": _KERAS_TF_ONLY.format("scopes.py", _KERAS_SCOPES, "torch")},
               env={"KERAS_BACKEND": "torch"}),
 )}
 NAMES = tuple(FRAMEWORKS)
