@@ -591,6 +591,19 @@ def known_gaps_still_gaps(b):
                                      "works: remove it from common.facts.registry.KNOWN_GAPS")
 
 
+@check(per_model=False)
+def loads_only_its_backend(b):
+    """A Keras row imports no other backend's framework, after every check above ran
+    (the GPU machines the suite runs on have PyTorch and JAX but no TensorFlow)."""
+    if "KERAS_BACKEND" not in b.facts.env:
+        return
+    # not jax: Keras 3.15 itself imports it wherever it is installed, on every backend
+    # (keras/src/callbacks/orbax_checkpoint.py), as it is on the GPU machines
+    others = {"tensorflow", "torch"} - set(b.facts.imports)
+    loaded = sorted(m for m in others if m in sys.modules)
+    assert not loaded, f"{b.name} imported {loaded}"
+
+
 def run_checks(b, model_names) -> dict:
     results = {}
     for cname, (fn, needs, per_model) in CHECKS.items():

@@ -36,14 +36,36 @@ _NOT_DATAPARALLEL = "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS
 _KERAS_JAX_BN = ("keras.distribution.DataParallel on JAX runs one program over the global "
                  "batch: BatchNorm normalises over every device's rows, never one replica's "
                  "alone (run several devices with --sync-bn)")
-_KERAS_STAGES = ("frameworks/keras/pipeline.py backpropagates through a stage with "
-                 "TensorFlow's GradientTape; a stage's backward on {} (vjp of the stage with "
-                 "its output's gradient) is not written yet")
-_KERAS_OPS = ("variables written with assign, TensorFlow's MirroredStrategy for the native "
-              "all-reduce: Keras 3 has no collective of its own")
-_KERAS_SCOPES = "the gradients taken with TensorFlow's GradientTape"
-_KERAS_TF_ONLY = ("frameworks/keras/{} is written on TensorFlow under Keras ({}); "
-                  "on {} it is not written yet")
+
+
+def _keras_lacks(name: str, **own: str) -> dict[str, str]:
+    """What every Keras row lacks (a scratch loop; nn.DataParallel is PyTorch's), with the
+    row's own gaps."""
+    return {"scratch": _KERAS_SCRATCH, "dataparallel": _NOT_DATAPARALLEL.format(name), **own}
+
+
+def _keras_on_tensorflow_only(backend: str, model: str) -> dict[str, str]:
+    """What frameworks/keras writes on TensorFlow alone: on `backend`, gaps (`model`: why
+    its model mode is not there)."""
+    written = "frameworks/keras/{} is written on TensorFlow under Keras ({}); on " + backend + \
+              " it is not written yet"
+    return {"model": model,
+            "devices": written.format("ops.py", "variables written with assign, TensorFlow's "
+                                      "MirroredStrategy for the native all-reduce: Keras 3 "
+                                      "has no collective of its own"),
+            "scopes": written.format("scopes.py", "the gradients taken with TensorFlow's "
+                                     "GradientTape")}
+
+
+_KERAS_JAX_STAGES = ("frameworks/keras/pipeline.py backpropagates through a stage with "
+                     "TensorFlow's GradientTape; on JAX a stage's backward is jax.vjp over "
+                     "Model.stateless_call, not written: run eagerly (as model mode runs), "
+                     "every primitive of every micro-batch shape compiles on its own (measured: "
+                     "48 s for ResNet-18's first forward and backward on 1 thread)")
+_KERAS_TORCH_STAGES = ("frameworks/keras/pipeline.py backpropagates through a stage with "
+                       "TensorFlow's GradientTape; on torch, with one CPU device per process, "
+                       "stages on the CPU need a process each and a hand-over between them "
+                       "(torch.distributed send/recv) that Keras does not give: not written")
 _KERAS_TORCH_DEVICES = ("Keras 3.15's torch backend has no keras.distribution (no "
                         "distribution_lib: keras.distribution.list_devices() fails with "
                         "\"'NoneType' object has no attribute 'list_devices'\", and model.fit "
@@ -135,8 +157,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "graph": "Model.compile(jit_compile=False): train_step in a tf.function",
                "compiled": "Model.compile(jit_compile=True): train_step compiled by XLA"},
               {"*": "graph", "model": "eager"}, "tf-config",
-              {"scratch": _KERAS_SCRATCH,
-               "dataparallel": _NOT_DATAPARALLEL.format("keras-tensorflow")},
+              _keras_lacks("keras-tensorflow"),
               env={"KERAS_BACKEND": "tensorflow"}),
     Framework("keras-jax", "frameworks.keras", ("keras", "jax"), ("keras", "jax", "jaxlib"),
               "keras-jax", "model.fit under keras.distribution.DataParallel (a DeviceMesh of "
@@ -145,21 +166,19 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"eager": "Model.compile(run_eagerly=True): train_step op by op in JAX, no jax.jit",
                "compiled": "Model.compile(jit_compile=True): train_step in jax.jit (XLA)"},
               {"*": "compiled", "model": "eager"}, "",
-              {"scratch": _KERAS_SCRATCH,
-               "dataparallel": _NOT_DATAPARALLEL.format("keras-jax"),
-               "graph": "Keras on JAX has no graph mode of its own: jit_compile=False without "
+              _keras_lacks(
+                  "keras-jax",
+                  graph="Keras on JAX has no graph mode of its own: jit_compile=False without "
                         "run_eagerly runs train_step op by op, as eager does; JAX's graph is "
                         "its compiler's input (--execution compiled)",
-               # measured: one SPMD program over the global batch, so BatchNorm's mean
-               # and variance span every device's rows
-               "replica-bn": _KERAS_JAX_BN,
-               "model": _KERAS_STAGES.format("JAX (jax.vjp over Model.stateless_call)"),
-               "nodes": "Keras on JAX across machines starts with keras.distribution.initialize "
-                        "(jax.distributed: coordinator address, process count and id per node); "
-                        "the suite's launcher for it (common/launch/nodes.py, 'jax-distributed') "
-                        "is not written yet",
-               "devices": _KERAS_TF_ONLY.format("ops.py", _KERAS_OPS, "JAX"),
-               "scopes": _KERAS_TF_ONLY.format("scopes.py", _KERAS_SCOPES, "JAX")},
+                  # measured: one SPMD program over the global batch, so BatchNorm's mean
+                  # and variance span every device's rows
+                  **{"replica-bn": _KERAS_JAX_BN},
+                  nodes="Keras on JAX across machines starts with keras.distribution.initialize "
+                        "(jax.distributed: coordinator address, process count and id per "
+                        "node); the suite's launcher for it (common/launch/nodes.py, "
+                        "'jax-distributed') is not written yet",
+                  **_keras_on_tensorflow_only("JAX", _KERAS_JAX_STAGES)),
               env={"KERAS_BACKEND": "jax"}),
     Framework("keras-torch", "frameworks.keras", ("keras", "torch"), ("keras", "torch"),
               "keras-torch", "model.fit on one device (Keras 3.15's torch backend has no "
@@ -168,19 +187,17 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "compiled": "Model.compile(jit_compile=True): train_step in torch.compile "
                            "(TorchDynamo + inductor)"},
               {"*": "eager"}, "",
-              {"scratch": _KERAS_SCRATCH,
-               "dataparallel": _NOT_DATAPARALLEL.format("keras-torch"),
-               "graph": "Keras on PyTorch has no graph mode: jit_compile=False runs train_step "
+              _keras_lacks(
+                  "keras-torch",
+                  graph="Keras on PyTorch has no graph mode: jit_compile=False runs train_step "
                         "eagerly; its graph capture is torch.compile (--execution compiled)",
-               "multi-device": _KERAS_TORCH_DEVICES,
-               "sync-bn": "synchronised BatchNorm needs several devices: " + _KERAS_TORCH_DEVICES,
-               "model": _KERAS_STAGES.format("torch (torch.autograd.backward)"),
-               "nodes": "Keras 3.15's torch backend has no keras.distribution: "
+                  **{"multi-device": _KERAS_TORCH_DEVICES,
+                     "sync-bn": "synchronised BatchNorm needs several devices: " + _KERAS_TORCH_DEVICES},
+                  nodes="Keras 3.15's torch backend has no keras.distribution: "
                         "keras.distribution.initialize fails with \"'NoneType' object has no "
                         "attribute 'initialize'\"; several processes would need "
                         "DistributedDataParallel around the model, outside Keras",
-               "devices": _KERAS_TF_ONLY.format("ops.py", _KERAS_OPS, "torch"),
-               "scopes": _KERAS_TF_ONLY.format("scopes.py", _KERAS_SCOPES, "torch")},
+                  **_keras_on_tensorflow_only("torch", _KERAS_TORCH_STAGES)),
               env={"KERAS_BACKEND": "torch"}),
 )}
 NAMES = tuple(FRAMEWORKS)

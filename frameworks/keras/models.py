@@ -140,14 +140,19 @@ def grads_of_loss_sum(m, param_vars, state_vars, X, y):
         return logits.detach(), loss.detach(), [v.value.grad for v in param_vars]
     import jax
     # JAX is functional: the pass runs on the variables' values (stateless_call) and
-    # hands back the new state, written into the state variables after
+    # hands back the new state, written into the state variables after. Under jax.jit:
+    # one XLA compilation, where op by op every primitive of every shape compiles on its
+    # own (measured, ResNet-18 on 1 thread: 48 s op by op against 13 s jitted)
     trainable, frozen = m.trainable_variables, m.non_trainable_variables
 
-    def loss_fn(values):
-        logits, new_frozen = m.stateless_call(values, [v.value for v in frozen], X, training=True)
-        return _loss_sum(y, logits), (logits, new_frozen)
-    (loss, (logits, new_frozen)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        [v.value for v in trainable])
+    @jax.jit
+    def value_and_grad(values, frozen_values, X, y):
+        def loss_fn(values):
+            logits, new_frozen = m.stateless_call(values, frozen_values, X, training=True)
+            return _loss_sum(y, logits), (logits, new_frozen)
+        return jax.value_and_grad(loss_fn, has_aux=True)(values)
+    (loss, (logits, new_frozen)), grads = value_and_grad(
+        [v.value for v in trainable], [v.value for v in frozen], X, y)
     for v, value in zip(frozen, new_frozen):
         v.assign(value)
     where = {id(v): i for i, v in enumerate(trainable)}
