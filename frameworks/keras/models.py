@@ -142,7 +142,7 @@ def grads_of_loss_sum(m, param_vars, state_vars, X, y):
     # JAX is functional: the pass runs on the variables' values (stateless_call) and
     # hands back the new state, written into the state variables after. Under jax.jit:
     # one XLA compilation, where op by op every primitive of every shape compiles on its
-    # own (measured, ResNet-18 on 1 thread: 48 s op by op against 13 s jitted)
+    # own (measured, ResNet-18 at batch 8 on 1 thread: 15 s op by op, 6 s jitted)
     trainable, frozen = m.trainable_variables, m.non_trainable_variables
 
     @jax.jit
