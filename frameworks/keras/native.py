@@ -3,8 +3,6 @@ TensorFlow's tf.distribute.MirroredStrategy (the replacement of the removed
 keras.utils.multi_gpu_model), JAX's keras.distribution.DataParallel, and on torch one
 device (Keras 3.15 has no distribution there). What differs per backend is a Placement
 below; only the running backend's framework is imported."""
-import contextlib
-
 import numpy as np
 import keras
 
@@ -21,6 +19,8 @@ if BACKEND == "tensorflow":
 
     from frameworks.tensorflow.devices import tf_device
     from frameworks.tensorflow.native import mirrored_values
+elif BACKEND == "jax":
+    from frameworks.jax.devices import neutral_name
 
 
 class StepLosses(keras.callbacks.Callback):
@@ -100,8 +100,9 @@ class DataParallelPlacement(ArraysPlacement):
 
     def copies(self, variables):
         # each device's own copy of a replicated weight, read from that device
-        shards = [sorted(v.value.addressable_shards, key=lambda s: self.devices.index(
-            f"{s.device.platform}:{s.device.id}")) for v in variables]
+        shards = [sorted(v.value.addressable_shards,
+                         key=lambda s: self.devices.index(neutral_name(s.device)))
+                  for v in variables]
         return [[np.asarray(per_var[i].data) for per_var in shards] for i in range(len(self.devices))]
 
 
