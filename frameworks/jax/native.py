@@ -15,7 +15,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from common import models
 from common.core.contract import NotApplicable, Trainer
 
-from .devices import jax_device, local_devices, neutral_name
+from .devices import jax_device, local_devices
 from .models import training_step_fn
 
 # Why a batch must divide evenly here (recorded as the run's reason when it does not)
@@ -71,7 +71,8 @@ class MeshTrainer(Trainer):
         return loss
 
     def losses(self, handles):
-        return np.array([float(h) for h in handles])
+        # replicated: this process's copy (a multi-process array is not whole here)
+        return np.array([float(h.addressable_data(0)) for h in handles])
 
     def logits(self, X):
         # the first device's replica, as every framework evaluates
@@ -104,11 +105,20 @@ class MeshTrainer(Trainer):
         self.params = self._replicate(self.ops.to_framework(params))
         self.state = self._per_replica(state)
 
-    def figures(self):
-        return {"mesh": [neutral_name(d) if d.process_index == jax.process_index()
-                         else f"process {d.process_index}" for d in self.mesh.devices.flat]}
-
 
 class Native:
     def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
         return MeshTrainer(self, model, params, devices, lr, execution, world, sync_bn)
+
+    # --- several machines: one process per node, jax.distributed (JAX has no launcher;
+    # common.launch.nodes starts the processes with the master as coordinator) ---
+    def join(self, rank, timeout=None):
+        # before anything touches a device: initialize must precede JAX's backends
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(f"{rank.master_addr}:{rank.master_port}",
+                                   num_processes=rank.world_size, process_id=rank.rank,
+                                   initialization_timeout=int(timeout or 300))
+        return None
+
+    def leave(self):
+        jax.distributed.shutdown()

@@ -48,6 +48,8 @@ class Scratch:
             total = total + jax.device_put(a.value, first)
         for a in data:
             a.value = jax.device_put(total, next(iter(a.value.devices())))
+        # what synchronize waits for (unnoted, 256 MB "took" 0.15 ms: the copies still ran)
+        self.note([a.value for a in data], ("allreduce", id(data[0])))
 
     def split_batch(self, X, y, devices):
         bounds = shard_bounds(int(X.shape[0]), len(devices))
