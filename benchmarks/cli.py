@@ -58,20 +58,23 @@ def int_list(option: str, example: str, rule: str, least: int = 1):
     return parse
 
 
-def names(text: str, valid, option: str) -> list[str]:
+def names(text: str, valid, option: str, groups: dict | None = None) -> list[str]:
     """A comma-separated list of names from `valid` (or "all": every one), repeats
-    dropped, order kept. One rule for every list option of every command: an empty
-    name (a doubled, leading or trailing comma) is an error, as is an unknown name."""
+    dropped, order kept; a name of `groups` stands for its list. One rule for every list
+    option of every command: an empty name (a doubled, leading or trailing comma) is an
+    error, as is an unknown name."""
     if text.strip() == "all":
         return list(valid)
+    groups = groups or {}
     given = [n.strip() for n in text.split(",")]
     if "" in given:
         raise UsageError(f"--{option} {text!r} has an empty name; give all or names separated "
                          f"by single commas, e.g. {','.join(list(valid)[:2])}")
     for n in given:
-        if n not in valid:
-            raise UsageError(f"unknown {option} {n!r}; choose from: {', '.join(valid)} (or all)")
-    return list(dict.fromkeys(given))
+        if n not in valid and n not in groups:
+            raise UsageError(f"unknown {option} {n!r}; choose from: "
+                             f"{', '.join([*valid, *groups])} (or all)")
+    return list(dict.fromkeys(m for n in given for m in groups.get(n, [n])))
 
 
 def positive_float(text):

@@ -70,7 +70,8 @@ def build_parser() -> Parser:
     p = Parser(prog="python -m benchmarks.compare", description=__doc__.split("\n\n")[0],
                allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--framework", default="all",
-                   help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}")
+                   help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}; "
+                        "keras: every installed Keras backend")
     p.add_argument("--model", default="lenet", choices=models.NAMES,
                    help="the network to train (resnet18 costs about 200x LeNet per image)")
     p.add_argument("--init", default=RUN_DEFAULTS["init"], choices=models.INITS,
@@ -165,7 +166,7 @@ def _executions(text: str) -> list[str | None]:
 
 def resolve(args) -> tuple[list[str], list[str], list[int]]:
     """Validate the arguments that argparse cannot; raise UsageError with the fix."""
-    frameworks = names(args.framework, registry.NAMES, "framework")
+    frameworks = names(args.framework, registry.NAMES, "framework", registry.groups())
     check_nodes(args)
     if args.mode is None:
         args.mode = (CLUSTER_MODES if args.nodes > 1 else

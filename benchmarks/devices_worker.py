@@ -28,6 +28,7 @@ def main(argv: list[str]) -> int:
     os.environ.update(thread_env(cfg["threads"]))
     # imported once the thread count is in the environment: NumPy's BLAS (under every
     # module of common) and the frameworks size their thread pools at import
+    from common.core.contract import NotApplicable
     from common.experiments import device_experiments as ex, ops as ops_mod
     from common.facts.machine import env_info
     from common.results.record import write_atomic
@@ -41,6 +42,8 @@ def main(argv: list[str]) -> int:
         ops.setup(cpu_devices=2, threads=cfg["threads"])
         version = ops.backend.version()
         setup_error = None
+    except NotApplicable as e:      # a known gap (the facts' `devices`): every record says why
+        version, setup_error = None, e
     except Exception as e:  # noqa: BLE001 - recorded for every experiment
         version, setup_error = None, f"{type(e).__name__}: {e}"
     ctx = ex.Context(ops=ops, framework=cfg["framework"], kinds=cfg["kinds"], repeat=cfg["repeat"],
@@ -49,7 +52,10 @@ def main(argv: list[str]) -> int:
         progress.say(f"@begin {name}")()
         if os.environ.get(CRASH_ENV) == name:
             os.abort()
-        if setup_error:
+        if isinstance(setup_error, NotApplicable):
+            record = ex.new_record(cfg["framework"], name, status="not-applicable",
+                                   error=str(setup_error))
+        elif setup_error:
             record = ex.new_record(cfg["framework"], name, error=setup_error)
         else:
             record = ex.run_experiment(ctx, name)

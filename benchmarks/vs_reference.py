@@ -7,7 +7,7 @@ one go:
 d2l: the chapter's multi-GPU-from-scratch PyTorch code as written
 (benchmarks/d2l_reference.py) against the suite's
 PyTorch scratch mode. keras: a plain Keras 3 program (benchmarks/keras_reference.py:
-a Sequential LeNet, model.fit on the NumPy arrays) against the suite's Keras row.
+a Sequential LeNet, model.fit on the NumPy arrays) against the suite's keras-tensorflow row.
 Both sides train on real Fashion-MNIST at batch 256, lr 0.2, in alternating rounds
 (so that machine noise hits both alike), each in a fresh process with the same
 thread count. The figure is the median seconds per epoch over all rounds and
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # whether the reference's first epoch includes tracing and is left out)
 REFERENCES = {
     "d2l": (ROOT / "benchmarks" / "d2l_reference.py", "pytorch", "scratch", False),
-    "keras": (ROOT / "benchmarks" / "keras_reference.py", "keras", "native", True),
+    "keras": (ROOT / "benchmarks" / "keras_reference.py", "keras-tensorflow", "native", True),
 }
 
 

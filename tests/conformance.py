@@ -322,7 +322,8 @@ def every_execution_matches_oracle(b, name):
     cost about 200x LeNet's and whose every replica costs a compilation: the scratch
     trainer in its default execution (its evaluation with BatchNorm's running
     statistics; its 2-device steps are checked above) and the compiled execution on
-    one device, in scratch mode (native for a framework without one)."""
+    one device, in scratch mode (native for a framework without one), unless compiled is
+    that mode's default (keras-jax: then the checks above ran it)."""
     ran = []
     first = "native" if (b.name, "scratch") in registry.KNOWN_GAPS else "scratch"
     for mode in ("scratch", "native"):
@@ -335,14 +336,17 @@ def every_execution_matches_oracle(b, name):
             if not models.get(name).STATE_NAMES:
                 run = execution != default
             else:
-                run = mode == first and (execution == "compiled" or
+                # where compiled is the default it was held to the oracle above
+                run = mode == first and ((execution == "compiled" and execution != default) or
                                          (mode == "scratch" and execution == default))
             if run:
                 devices = 1 if models.get(name).STATE_NAMES and execution != default else None
                 _trainer_matches_oracle(b, name, mode, None if execution == default else execution,
                                         devices=devices)
                 ran.append(f"{mode} {execution}")
-    assert ran, f"{b.name} has no trainer besides those checked above"
+    compiled_default = registry.default_execution(b.name, first) == "compiled"
+    assert ran or (models.get(name).STATE_NAMES and compiled_default), (
+        f"{b.name} has no trainer besides those checked above")
 
 
 _ORACLE_STEPS = {}
@@ -365,6 +369,16 @@ def _oracle_steps(name, shards, unbiased):
     return losses.copy(), [p.copy() for p in params], [s.copy() for s in state]
 
 
+def _native_devices(b, name) -> int:
+    """The devices of the native checks: 2 where the framework runs them in one process
+    with each replica's own BatchNorm statistics (what the oracle per shard computes),
+    else 1 (a process per device; a known gap: one device, or BatchNorm over the full
+    batch alone)."""
+    one = (b.facts.native_processes or registry.gap(b.name, "multi-device")
+           or (models.get(name).STATE_NAMES and registry.gap(b.name, "replica-bn")))
+    return 1 if one else 2
+
+
 def _trainer(b, name, mode, execution, params, n):
     execution = execution or registry.default_execution(b.name, mode)
     if mode == "native":
@@ -376,7 +390,7 @@ def _trainer(b, name, mode, execution, params, n):
 
 def _trainer_matches_oracle(b, name, mode, execution, devices=None):
     model, tol = models.get(name), TOLERANCES[name]
-    n = devices or (1 if (mode == "native" and b.facts.native_processes) else 2)
+    n = devices or (_native_devices(b, name) if mode == "native" else 2)
     params = _nontrivial_params(model)
     try:
         trainer = _trainer(b, name, mode, execution, params, n)
@@ -531,6 +545,7 @@ def _gap_probes(b):
     with_state = [m for m in models.NAMES if models.get(m).STATE_NAMES]
     from common.core.scratch import train_batch
     X, y = _batch(8)
+    native = registry.default_execution(b.name, "native")
 
     def one_step(execution):
         mode = "native" if (b.name, "scratch") in registry.KNOWN_GAPS else "scratch"
@@ -542,6 +557,11 @@ def _gap_probes(b):
         **{e: [lambda e=e: one_step(e)] for e in registry.EXECUTIONS},
         "dataparallel": [lambda: b.dataparallel_trainer("lenet", params, devices, 0.2, "eager")],
         "model": [lambda: _pipeline(b, "lenet", params, 2).step(*_batch(4))],
+        # where not listed, native_trainer_matches_oracle runs these on 2 devices
+        "multi-device": [lambda: b.native_trainer("lenet", params, b.devices(2), 0.2, native)],
+        "replica-bn": [lambda m=m: b.native_trainer(m, models.get(m).init_params(0, "chapter"),
+                                                    b.devices(2), 0.2, native)
+                       for m in with_state],
         "sync-bn": [lambda: b.native_trainer(
             m, models.get(m).init_params(0, "chapter"), b.devices(1 if b.facts.native_processes else 2),
             0.2, registry.default_execution(b.name, "native"), sync_bn=True) for m in with_state],
@@ -554,8 +574,9 @@ def known_gaps_still_gaps(b):
     (but may say NeedsGPU on a machine without GPUs)."""
     for capability, calls in _gap_probes(b).items():
         gap = registry.KNOWN_GAPS.get((b.name, capability))
-        if not gap and capability in registry.EXECUTIONS:
-            continue    # every execution a framework has ran in every_execution_matches_oracle
+        if not gap and capability in (*registry.EXECUTIONS, "multi-device", "replica-bn"):
+            continue    # each ran in every_execution_matches_oracle or on 2 devices in
+                        # native_trainer_matches_oracle
         for call in (calls if gap else calls[:1]):
             try:
                 call()
@@ -567,6 +588,19 @@ def known_gaps_still_gaps(b):
             if gap:
                 raise AssertionError(f"{b.name} {capability} is listed in KNOWN_GAPS but now "
                                      "works: remove it from common.facts.registry.KNOWN_GAPS")
+
+
+@check(per_model=False)
+def loads_only_its_backend(b):
+    """A Keras row imports no other backend's framework, after every check above ran
+    (the GPU machines the suite runs on have PyTorch and JAX but no TensorFlow)."""
+    if "KERAS_BACKEND" not in b.facts.env:
+        return
+    # not jax: Keras 3.15 itself imports it wherever it is installed, on every backend
+    # (keras/src/callbacks/orbax_checkpoint.py), as it is on the GPU machines
+    others = {"tensorflow", "torch"} - set(b.facts.imports)
+    loaded = sorted(m for m in others if m in sys.modules)
+    assert not loaded, f"{b.name} imported {loaded}"
 
 
 def run_checks(b, model_names) -> dict:

@@ -13,8 +13,8 @@ import pytest
 
 from common.facts import registry
 from common.experiments.device_experiments import EXPERIMENTS
-from tests.conftest import (ROOT, THREADS, covered, incomplete_subclass_error, interrupt, run_python,
-                            subprocess_env, usage_error)
+from tests.conftest import (ROOT, THREADS, covered, having, incomplete_subclass_error, interrupt,
+                            lacking, run_python, subprocess_env, usage_error)
 
 BAD_INPUT = [
     (["--framework", "caffe"], "unknown framework 'caffe'"),
@@ -80,7 +80,7 @@ EXPECTED_CHECKS = {            # experiment -> a phrase every framework's checks
 
 
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
-@pytest.mark.parametrize("framework", covered())
+@pytest.mark.parametrize("framework", having("devices"))
 def test_each_experiment_is_right(devices_run, framework, name):
     records, out = devices_run(framework)
     r = records[name]
@@ -96,7 +96,7 @@ def test_each_experiment_is_right(devices_run, framework, name):
     assert on_disk["status"] == r["status"] and on_disk["rows"] == r["rows"]
 
 
-@pytest.mark.parametrize("framework", covered())
+@pytest.mark.parametrize("framework", having("devices"))
 def test_allreduce_checks_every_device_by_hand_and_native(devices_run, framework):
     r = devices_run(framework)[0]["allreduce"]
     variants = {row["variant"] for row in r["rows"]}
@@ -105,6 +105,15 @@ def test_allreduce_checks_every_device_by_hand_and_native(devices_run, framework
     assert "by hand" in names and "native" in names
     for row in r["rows"]:
         assert row["busbw"] == pytest.approx(row["algbw"])     # 2(n-1)/n = 1 for n = 2
+
+
+@pytest.mark.parametrize("framework", lacking("devices"))
+def test_a_listed_gap_is_recorded_for_every_experiment(devices_run, framework):
+    """Where the facts list the experiments as a gap, every record says not-applicable
+    with their reason (and once they run, this fails: remove the gap)."""
+    records, _ = devices_run(framework)
+    assert {(r["status"], r["error"]) for r in records.values()} == {
+        ("not-applicable", registry.gap(framework, "devices"))}
 
 
 def test_a_run_writes_records_report_and_plots(devices_run):

@@ -16,7 +16,8 @@ import pytest
 from common.facts import data, registry
 from common import models
 from common.launch.launcher import free_port
-from tests.conftest import RUN_SHAPE, ROOT, covered, interrupt, planted_run, subprocess_env
+from tests.conftest import (RUN_SHAPE, ROOT, covered, having, interrupt, lacking, planted_run,
+                            subprocess_env)
 from tests.test_training import GLOROT_LOSS_ATOL, _agree, _lenet_glorot_config, _ok, _same_params
 
 STEPS = 4
@@ -51,7 +52,13 @@ def _two_nodes(worker_record, framework):
                          join_timeout=JOIN_TIMEOUT, init=INIT)
 
 
-@pytest.mark.parametrize("framework", covered())
+@pytest.mark.parametrize("framework", lacking("nodes"))
+def test_a_listed_gap_is_recorded_not_applicable(worker_record, framework):
+    record = _two_nodes(worker_record, framework)
+    assert record["status"] == "not-applicable" and record["error"] == registry.gap(framework, "nodes")
+
+
+@pytest.mark.parametrize("framework", having("nodes"))
 def test_two_simulated_nodes_train_as_one_process(worker_record, framework):
     """Against the NumPy oracle of one process on the full batch, from Glorot weights:
     the step losses and the final parameters (rank 0's fingerprint)."""

@@ -382,7 +382,9 @@ def run(cfg: Config, on_begin=None, on_record=None) -> list[dict]:
             on_begin(name)
         record = new_record(cfg, name, framework_version=version, env=env)
         load_before, t0 = os.getloadavg()[0], time.perf_counter()
-        if isinstance(placement, Exception):
+        if isinstance(placement, NotApplicable):      # a known gap (the facts' `scopes`)
+            record.update(status="not-applicable", error=str(placement))
+        elif isinstance(placement, Exception):
             record.update(error=f"{type(placement).__name__}: {placement}")
         elif isinstance(placement, str):
             record.update(status="not-applicable", error=placement)

@@ -18,9 +18,60 @@ EXECUTIONS = {
                 "hybridize, Paddle to_static, jax.jit)",
 }
 
+# The features a framework may lack besides modes and executions
+FEATURES = {
+    "sync-bn": "BatchNorm synchronised over the replicas of native mode",
+    "multi-device": "native mode on several devices",
+    "replica-bn": "native mode on several devices with each replica's own BatchNorm "
+                  "statistics (what runs without --sync-bn)",
+    "devices": "the device experiments (benchmarks.devices: frameworks/<name>/ops.py)",
+    "scopes": "the device-scopes example (benchmarks.device_scopes: frameworks/<name>/scopes.py)",
+    "nodes": "native mode across several machines (--nodes N: the facts' cluster launcher)",
+}
+
 _KERAS_SCRATCH = ("Keras has no from-scratch training loop of its own: its data "
                   "parallelism is model.fit under a distribution")
 _SINGLE_PROCESS = "{}'s single-process multi-device data parallelism is its native mode"
+_NOT_DATAPARALLEL = "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS
+_KERAS_JAX_BN = ("keras.distribution.DataParallel on JAX runs one program over the global "
+                 "batch: BatchNorm normalises over every device's rows, never one replica's "
+                 "alone (run several devices with --sync-bn)")
+
+
+def _keras_lacks(name: str, **own: str) -> dict[str, str]:
+    """What every Keras row lacks (a scratch loop; nn.DataParallel is PyTorch's), with the
+    row's own gaps."""
+    return {"scratch": _KERAS_SCRATCH, "dataparallel": _NOT_DATAPARALLEL.format(name), **own}
+
+
+def _keras_on_tensorflow_only(backend: str, model: str) -> dict[str, str]:
+    """What frameworks/keras writes on TensorFlow alone: on `backend`, gaps (`model`: why
+    its model mode is not there)."""
+    written = "frameworks/keras/{} is written on TensorFlow under Keras ({}); on " + backend + \
+              " it is not written yet"
+    return {"model": model,
+            "devices": written.format("ops.py", "variables written with assign, TensorFlow's "
+                                      "MirroredStrategy for the native all-reduce: Keras 3 "
+                                      "has no collective of its own"),
+            "scopes": written.format("scopes.py", "the gradients taken with TensorFlow's "
+                                     "GradientTape")}
+
+
+_KERAS_JAX_STAGES = ("frameworks/keras/pipeline.py backpropagates through a stage with "
+                     "TensorFlow's GradientTape; on JAX a stage's backward is jax.vjp over "
+                     "Model.stateless_call, not written: run eagerly (as model mode runs), "
+                     "every primitive of every micro-batch shape compiles on its own (measured: "
+                     "ResNet-18's first forward and backward at batch 8 on 1 thread, 15 s op by "
+                     "op against 6 s in jax.jit)")
+_KERAS_TORCH_STAGES = ("frameworks/keras/pipeline.py backpropagates through a stage with "
+                       "TensorFlow's GradientTape; on torch, with one CPU device per process, "
+                       "stages on the CPU need a process each and a hand-over between them "
+                       "(torch.distributed send/recv) that Keras does not give: not written")
+_KERAS_TORCH_DEVICES = ("Keras 3.15's torch backend has no keras.distribution (no "
+                        "distribution_lib: keras.distribution.list_devices() fails with "
+                        "\"'NoneType' object has no attribute 'list_devices'\", and model.fit "
+                        "under a DataParallel scope runs as if it were not there), so "
+                        "model.fit runs on one device")
 
 
 @dataclass(frozen=True)
@@ -37,10 +88,11 @@ class Framework:
     # runs when none is asked for ("*": every mode not named)
     executions: dict[str, str]
     default_execution: dict[str, str]
-    # how its engine starts on each of several machines (a key of common.launch.nodes.LAUNCHERS)
+    # how its engine starts on each of several machines (a key of common.launch.nodes.LAUNCHERS;
+    # "" where it has none: its `lacks` says why under "nodes")
     cluster: str = ""
     # what it cannot do, with the reason: a mode, an execution (every one of EXECUTIONS
-    # is either in `executions` or here) or a feature such as "sync-bn"
+    # is either in `executions` or here) or a feature (FEATURES)
     lacks: dict[str, str] = field(default_factory=dict)
     # environment that must be set before the framework's modules load (Keras's backend)
     env: dict[str, str] = field(default_factory=dict)
@@ -64,7 +116,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "compiled": "XLA: each device's forward and backward in a "
                            "tf.function(jit_compile=True), the rest in a tf.function"},
               {"*": "graph", "model": "eager"}, "tf-config",
-              {"dataparallel": "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS.format("tensorflow")}),
+              {"dataparallel": _NOT_DATAPARALLEL.format("tensorflow")}),
     Framework("mxnet", "frameworks.mxnet", ("mxnet",), ("mxnet",), "mxnet",
               "gluon.Trainer over a context list, gradients reduced by a KVStore", False,
               {"eager": "MXNet imperative NDArray ops under autograd.record (queued "
@@ -72,7 +124,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "compiled": "HybridBlock.hybridize(static_alloc, static_shape): a cached "
                            "symbolic graph"},
               {"*": "eager", "native": "compiled"}, "dmlc",
-              {"dataparallel": "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS.format("mxnet"),
+              {"dataparallel": _NOT_DATAPARALLEL.format("mxnet"),
                "graph": "MXNet's graph mode is hybridize(), run as --execution compiled"}),
     Framework("paddle", "frameworks.paddle", ("paddle",), ("paddlepaddle", "paddlepaddle-gpu"),
               "paddle", "paddle.DataParallel, one process per device "
@@ -97,17 +149,57 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"*": "compiled", "model": "eager"}, "jax-distributed",
               {"graph": "JAX's graph is its compiler's input: jax.jit traces a jaxpr that XLA "
                         "compiles (--execution compiled)",
-               "dataparallel": "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS.format("jax")}),
-    # Keras 3 runs here on its TensorFlow backend
-    Framework("keras", "frameworks.keras", ("keras", "tensorflow"), ("keras", "tensorflow"), "keras",
-              "model.fit under tf.distribute.MirroredStrategy "
-              "(keras.distribution.DataParallel needs the JAX backend)", False,
+               "dataparallel": _NOT_DATAPARALLEL.format("jax")}),
+    # Keras 3, one row per backend (KERAS_BACKEND, set before Keras loads), one package
+    Framework("keras-tensorflow", "frameworks.keras", ("keras", "tensorflow"), ("keras", "tensorflow"),
+              "keras", "model.fit under tf.distribute.MirroredStrategy "
+              "(keras.distribution.DataParallel is a prototype on this backend)", False,
               {"eager": "Model.compile(run_eagerly=True): train_step op by op",
                "graph": "Model.compile(jit_compile=False): train_step in a tf.function",
                "compiled": "Model.compile(jit_compile=True): train_step compiled by XLA"},
               {"*": "graph", "model": "eager"}, "tf-config",
-              {"scratch": _KERAS_SCRATCH,
-               "dataparallel": "nn.DataParallel is PyTorch's; " + _SINGLE_PROCESS.format("keras")}),
+              _keras_lacks("keras-tensorflow"),
+              env={"KERAS_BACKEND": "tensorflow"}),
+    Framework("keras-jax", "frameworks.keras", ("keras", "jax"), ("keras", "jax", "jaxlib"),
+              "keras-jax", "model.fit under keras.distribution.DataParallel (a DeviceMesh of "
+              "the devices: the batch sharded, the weights replicated; XLA inserts the "
+              "all-reduce)", False,
+              {"eager": "Model.compile(run_eagerly=True): train_step op by op in JAX, no jax.jit",
+               "compiled": "Model.compile(jit_compile=True): train_step in jax.jit (XLA)"},
+              {"*": "compiled", "model": "eager"}, "",
+              _keras_lacks(
+                  "keras-jax",
+                  graph="Keras on JAX has no graph mode of its own: jit_compile=False without "
+                        "run_eagerly runs train_step op by op, as eager does; JAX's graph is "
+                        "its compiler's input (--execution compiled)",
+                  # measured: one SPMD program over the global batch, so BatchNorm's mean
+                  # and variance span every device's rows
+                  **{"replica-bn": _KERAS_JAX_BN},
+                  nodes="Keras on JAX across machines starts with keras.distribution.initialize "
+                        "(jax.distributed: coordinator address, process count and id per "
+                        "node); the suite's launcher for it (common/launch/nodes.py, "
+                        "'jax-distributed') is not written yet",
+                  **_keras_on_tensorflow_only("JAX", _KERAS_JAX_STAGES)),
+              env={"KERAS_BACKEND": "jax"}),
+    Framework("keras-torch", "frameworks.keras", ("keras", "torch"), ("keras", "torch"),
+              "keras-torch", "model.fit on one device (Keras 3.15's torch backend has no "
+              "keras.distribution)", False,
+              {"eager": "Model.compile(run_eagerly=True): train_step op by op in PyTorch",
+               "compiled": "Model.compile(jit_compile=True): train_step in torch.compile "
+                           "(TorchDynamo + inductor)"},
+              {"*": "eager"}, "",
+              _keras_lacks(
+                  "keras-torch",
+                  graph="Keras on PyTorch has no graph mode: jit_compile=False runs train_step "
+                        "eagerly; its graph capture is torch.compile (--execution compiled)",
+                  **{"multi-device": _KERAS_TORCH_DEVICES,
+                     "sync-bn": "synchronised BatchNorm needs several devices: " + _KERAS_TORCH_DEVICES},
+                  nodes="Keras 3.15's torch backend has no keras.distribution: "
+                        "keras.distribution.initialize fails with \"'NoneType' object has no "
+                        "attribute 'initialize'\"; several processes would need "
+                        "DistributedDataParallel around the model, outside Keras",
+                  **_keras_on_tensorflow_only("torch", _KERAS_TORCH_STAGES)),
+              env={"KERAS_BACKEND": "torch"}),
 )}
 NAMES = tuple(FRAMEWORKS)
 
@@ -125,6 +217,14 @@ def check_name(name: str) -> str:
         raise UnknownFramework(
             f"unknown framework {name!r}; choose from: {', '.join(NAMES)}")
     return name
+
+
+def groups() -> dict[str, list[str]]:
+    """Names that stand for several frameworks on the command line: "keras", every
+    installed Keras backend (every one, where none is installed: their rows then say
+    how to install them)."""
+    keras = [n for n in NAMES if n.startswith("keras-")]
+    return {"keras": [n for n in keras if is_installed(n)] or keras}
 
 
 def facts(name: str) -> Framework:

@@ -125,7 +125,8 @@ def _run_nodes(cfg: RunConfig, record: dict, mode, tell: bool) -> dict:
     every node here with --launcher local, else this machine's one."""
     if not registry.is_installed(cfg.framework):
         return mark_not_installed(record)
-    why = mode.across_nodes() or mode.gap(cfg.framework, execution=cfg.execution)
+    why = (mode.across_nodes() or registry.gap(cfg.framework, "nodes")
+           or mode.gap(cfg.framework, execution=cfg.execution))
     if why is None and cfg.sync_bn:
         why = "synchronised BatchNorm across machines is not run by the suite (one machine only)"
     if why is None and registry.facts(cfg.framework).cluster == "tf-config" and (

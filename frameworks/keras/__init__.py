@@ -1,21 +1,18 @@
-"""Keras 3 (TensorFlow backend) on the common contract."""
-import os
+"""Keras 3 on the common contract, on whichever backend KERAS_BACKEND names
+(tensorflow, jax or torch): the frameworks keras-tensorflow, keras-jax and keras-torch
+of common.facts.registry, one package, whose facts entries set KERAS_BACKEND before
+Keras loads."""
+from common.core.contract import Backend
 
-# This package drives Keras through TensorFlow's distribution strategies, so it
-# needs the TensorFlow backend, whatever the user's default is.
-os.environ["KERAS_BACKEND"] = "tensorflow"
-
-from common.core.contract import Backend  # noqa: E402
-
-from .devices import Devices  # noqa: E402
-from .models import Models  # noqa: E402
-from .native import Native  # noqa: E402
-from .pipeline import Pipeline  # noqa: E402
-from .scratch import Scratch  # noqa: E402
+from .devices import BACKEND as KERAS_BACKEND, Devices
+from .models import Models
+from .native import Native
+from .pipeline import Pipeline
+from .scratch import Scratch
 
 
 class KerasBackend(Devices, Models, Scratch, Native, Pipeline, Backend):
-    name = "keras"
+    name = "keras-" + KERAS_BACKEND
 
 
 BACKEND = KerasBackend()

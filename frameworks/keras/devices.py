@@ -1,10 +1,27 @@
-"""The device API. Keras 3 on its TensorFlow backend holds its arrays as
-TensorFlow tensors on TensorFlow's devices, so the device API is TensorFlow's."""
+"""The device API. Keras 3 holds its arrays as its backend's own (TensorFlow tensors,
+jax.Arrays, torch tensors) on that backend's devices, so the device API is the
+backend's framework package's, chosen once by keras.config.backend() (KERAS_BACKEND,
+which common.facts.registry.get sets before this package loads). Only that backend is
+imported: the GPU machines have PyTorch and JAX but no TensorFlow."""
 import keras
 
-from frameworks.tensorflow.devices import Devices as TensorFlowDevices
+BACKEND = keras.config.backend()
+if BACKEND == "jax":
+    from frameworks.jax.devices import Devices as BackendDevices
+elif BACKEND == "torch":
+    from frameworks.pytorch.devices import Devices as BackendDevices
+elif BACKEND == "tensorflow":
+    from frameworks.tensorflow.devices import Devices as BackendDevices
+else:
+    raise ImportError(f"Keras backend {BACKEND!r} is not one of the suite's (KERAS_BACKEND="
+                      "tensorflow, jax or torch)")
 
 
-class Devices(TensorFlowDevices):
+class Devices(BackendDevices):
     def version(self):
         return keras.__version__
+
+    def to_device(self, x, device):
+        # x itself where it is there already (frameworks/jax/devices.py's to_device
+        # returns the array inside a Slot, not the Slot)
+        return x if self.device_of(x) == device else super().to_device(x, device)

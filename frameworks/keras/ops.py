@@ -2,11 +2,21 @@
 TensorFlow backend: arithmetic through keras.ops under keras.device, parameters
 through a Model's save_weights / load_weights. Keras 3 has no collective of its
 own there (keras.distribution's TensorFlow distribution_lib supplies only
-list_devices and distribute_value), so the native all-reduce is TensorFlow's."""
+list_devices and distribute_value), so the native all-reduce is TensorFlow's. On JAX and
+torch this module raises NotApplicable as it loads (the facts' `devices` gap), so that
+common.experiments.ops.load records the reason, and a backend that gains its Ops shows up
+as a listed gap that works."""
+from common.core.contract import NotApplicable
+from common.facts import registry
 
-import keras
+from .devices import BACKEND
 
-from frameworks.tensorflow.ops import Ops as TensorFlowOps
+if BACKEND != "tensorflow":
+    raise NotApplicable(registry.gap("keras-" + BACKEND, "devices"))
+
+import keras  # noqa: E402
+
+from frameworks.tensorflow.ops import Ops as TensorFlowOps  # noqa: E402
 
 
 def _neutral(tf_device_string):

@@ -4,19 +4,34 @@ keras.device on its device (TensorFlow's logical CPU devices here) and updated b
 keras.optimizers.SGD of its own. Keras 3's own model parallelism
 (keras.distribution.ModelParallel) serves only the JAX backend. The backward pass
 through a stage is TensorFlow's (Keras's arrays are TensorFlow tensors there):
-tape.gradient with the output's gradient, as in frameworks/tensorflow/pipeline.py."""
+tape.gradient with the output's gradient, as in frameworks/tensorflow/pipeline.py. On
+JAX and torch the stages' backward is not written (the facts' `model` gap): the stage
+calls raise NotApplicable."""
 import keras
 import numpy as np
-import tensorflow as tf
 
 from common import models
-from common.core.contract import Replica
+from common.core.contract import NotApplicable, Replica
+from common.facts import registry
 
-from frameworks.tensorflow.models import loss_sum
-from frameworks.tensorflow.pipeline import Pipeline as TensorFlowPipeline
+from .devices import BACKEND
 
 
-class Pipeline(TensorFlowPipeline):
+class NoPipeline:
+    def stage_replica(self, params, state, device, model, stage):
+        raise NotApplicable(registry.gap(self.name, "model"))
+
+
+if BACKEND == "tensorflow":
+    import tensorflow as tf
+
+    from frameworks.tensorflow.models import loss_sum
+    from frameworks.tensorflow.pipeline import Pipeline as TensorFlowPipeline
+else:
+    TensorFlowPipeline = NoPipeline
+
+
+class TensorFlowStages(TensorFlowPipeline):
     def stage_replica(self, params, state, device, model, stage):
         with keras.device(device):
             net, (param_vars, state_vars) = self.keras_model(model, params, state, stage=stage)
@@ -58,3 +73,6 @@ class Pipeline(TensorFlowPipeline):
             replica.opt.learning_rate = scale
             replica.opt.apply_gradients(zip([g.read_value() for g in replica.grads], list(replica)))
 
+
+# on JAX and torch, the class above has no TensorFlow under it: the gap instead
+Pipeline = TensorFlowStages if BACKEND == "tensorflow" else NoPipeline

@@ -1,39 +1,20 @@
 """The models of common/models in TensorFlow. TensorFlow's CPU kernels want NHWC
 images and HWIO filters: the parameters are converted once, at the edge (NumPy to
 NumPy, see to_framework), and images are transposed inside the model."""
-import numpy as np
 import tensorflow as tf
 
 from common.core.contract import ModelOps
 from common.models import resnet18 as R
+from common.models.layouts import CHANNELS_LAST
 
 
 def loss_sum(logits, y):
     return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
 
 
-def hwio(W):
-    return W.transpose(2, 3, 1, 0)
-
-
-def oihw(W):
-    return W.transpose(3, 2, 0, 1)
-
-
 class LeNet(ModelOps):
-    POOLED = (50, 4, 4)   # channels, height, width before the flatten
-
-    def to_framework(self, params):
-        # the flattened features are ordered (H, W, C) here, so W3's rows are permuted
-        W1, b1, W2, b2, W3, b3, W4, b4 = [np.asarray(p) for p in params]
-        W3 = W3.reshape(*self.POOLED, -1).transpose(1, 2, 0, 3).reshape(W3.shape)
-        return [hwio(W1), b1, hwio(W2), b2, W3, b3, W4, b4]
-
-    def from_framework(self, params):
-        W1, b1, W2, b2, W3, b3, W4, b4 = [np.asarray(p) for p in params]
-        c, h, w = self.POOLED
-        W3 = W3.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(W3.shape)
-        return [oihw(W1), b1, oihw(W2), b2, W3, b3, W4, b4]
+    # the flattened features are ordered (H, W, C) here, so W3's rows are permuted
+    to_framework, from_framework = (staticmethod(f) for f in CHANNELS_LAST["lenet"])
 
     def apply(self, params, state, X, training):
         return self.apply_units(params, state, X, (0, 2), training)
@@ -101,13 +82,7 @@ class ResNet18(ModelOps):
     def __init__(self, synchronized=False):
         self.synchronized = synchronized
 
-    def to_framework(self, params):
-        return [hwio(np.asarray(p)) if k == "conv_weight" else np.asarray(p)
-                for p, k in zip(params, R.PARAM_KINDS)]
-
-    def from_framework(self, params):
-        return [oihw(np.asarray(p)) if k == "conv_weight" else np.asarray(p)
-                for p, k in zip(params, R.PARAM_KINDS)]
+    to_framework, from_framework = (staticmethod(f) for f in CHANNELS_LAST["resnet18"])
 
     def apply(self, params, state, X, training):
         return self.apply_units(params, state, X, (0, len(R.UNITS)), training)

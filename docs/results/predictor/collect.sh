@@ -16,7 +16,7 @@ RESNET="--framework pytorch,paddle --model resnet18 --lr 0.1 --steps-per-epoch 8
 # one process's threads), at two batch sizes
 for b in ${FIT_BATCHES:-64 128}; do
   compare $LENET --devices 1 --batch-size $b --out "$OUT/lenet-fit-b$b"
-  compare --framework tensorflow,mxnet,keras --steps-per-epoch 30 --eval-samples 200 \
+  compare --framework tensorflow,mxnet,keras-tensorflow --steps-per-epoch 30 --eval-samples 200 \
     --devices 1 --batch-size $b --cores-per-device 2 --out "$OUT/lenet-fit2c-b$b"
 done
 for b in 4 8; do
