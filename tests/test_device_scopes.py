@@ -99,15 +99,15 @@ def test_two_branches_equal_one_device_step_for_step(checks, framework):
 @pytest.mark.parametrize("framework", having("scopes"))
 def test_each_part_runs_where_the_placement_says(checks, framework):
     """Read back from the framework's own arrays: no faked placement. Without GPUs,
-    TensorFlow, Keras and MXNet put the branches on distinct CPU devices; PyTorch and
-    Paddle have one CPU device and say so."""
+    TensorFlow, Keras, MXNet and JAX put the branches on distinct CPU devices; PyTorch
+    and Paddle have one CPU device and say so."""
     for name, r in _ran(checks(framework)).items():
         want = r["placement"]
         assert r["placed"] == {**want, "weights": want["branch_a"]}, (name, r["placed"])
     two = _ran(checks(framework))["two-branch"]["placement"]
     from common.facts.machine import gpu_count
     if not gpu_count():
-        expected = 3 if framework in ("tensorflow", "keras-tensorflow", "mxnet") else 1
+        expected = 3 if framework in ("tensorflow", "keras-tensorflow", "mxnet", "jax") else 1
         assert len(set(two.values())) == expected, two
 
 

@@ -146,7 +146,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                         "calls it, no jax.jit",
                "compiled": "jax.jit: a shard's forward and backward (scratch, model mode) or "
                            "the whole step (native) traced once and compiled by XLA"},
-              {"*": "compiled"}, "jax-distributed",
+              {"*": "compiled", "model": "eager"}, "jax-distributed",
               {"graph": "JAX's graph is its compiler's input: jax.jit traces a jaxpr that XLA "
                         "compiles (--execution compiled)",
                "dataparallel": _NOT_DATAPARALLEL.format("jax")}),

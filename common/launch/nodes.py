@@ -5,6 +5,9 @@ its own documented way (no launcher of ours beyond local processes):
 - paddle.distributed.launch with `--master`, which runs its own HTTP rendezvous;
 - TF_CONFIG: TensorFlow has no launcher; every worker is started with TF_CONFIG naming
   the whole cluster and joins a MultiWorkerMirroredStrategy (RING collectives on CPU);
+- jax.distributed: JAX has no launcher either; one process per node holds the node's
+  devices and calls jax.distributed.initialize with the master as its coordinator
+  (gloo collectives on CPU);
 - DMLC: MXNet's parameter server, the chapters' `dist_sync` KVStore: a scheduler at the
   master, a server and a worker per node, given their roles in DMLC_* variables as
   MXNet's tools/launch.py gives them.
@@ -40,9 +43,14 @@ LAUNCHERS = {
                      "CPU, nccl on GPUs)",
     "tf-config": "a worker per device started with TF_CONFIG, MultiWorkerMirroredStrategy "
                  "(RING collectives)",
+    "jax-distributed": "a process per node holding its devices, jax.distributed.initialize "
+                       "with the master as coordinator (gloo collectives on CPU)",
     "dmlc": "MXNet dist_sync KVStore (parameter server): a scheduler, a server and a worker "
             "per node, roles in DMLC_* variables",
 }
+
+# the launchers that run one worker process per node, holding all of its devices
+ONE_WORKER_PER_NODE = ("dmlc", "jax-distributed")
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,9 @@ def node_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc
                 # on a GPU machine, worker i's device is its GPU i (its only one)
                 "CUDA_VISIBLE_DEVICES": str(i)}, lead=i == 0))
         return procs
+    if kind == "jax-distributed":
+        return [Proc(node, "worker", [py, *_rank_argv(cfg_json, out_dir)],
+                     _rank_env(node, n, 0, 1, cluster), lead=True)]
     if kind == "dmlc":
         dmlc = {"DMLC_PS_ROOT_URI": cluster.master_addr, "DMLC_PS_ROOT_PORT": str(cluster.master_port),
                 "DMLC_NUM_SERVER": str(n), "DMLC_NUM_WORKER": str(n),
@@ -238,8 +249,8 @@ def run(cfg, cluster: Cluster, out_dir: Path, on_line: Callable[[str], None],
     for p in procs:
         p.cores = cores[p.node] if cores else None
     # a node's rank processes share its threads (torchrun would set 1 where this is
-    # unset); MXNet runs one worker process per node
-    per_node = 1 if registry.facts(cfg.framework).cluster == "dmlc" else cfg.devices
+    # unset); MXNet and JAX run one worker process per node
+    per_node = 1 if registry.facts(cfg.framework).cluster in ONE_WORKER_PER_NODE else cfg.devices
     per_rank = max(1, cfg.threads // per_node)
     env = child_env(per_rank)
     supervise(procs, env, out_dir / "logs", cluster.join_timeout, on_line)

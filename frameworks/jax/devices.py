@@ -76,7 +76,6 @@ class Devices:
                 os.environ["XLA_FLAGS"] = (f"{flags} --xla_cpu_multi_thread_eigen="
                                            f"{str(threads > 1).lower()} "
                                            f"intra_op_parallelism_threads={threads}").strip()
-        self._pending = []
 
     def version(self):
         return jax.__version__
@@ -100,8 +99,7 @@ class Devices:
 
     def to_device(self, x, device):
         d = jax_device(device)
-        x = value(x)
-        return x if x.devices() == {d} else jax.device_put(x, d)
+        return x if value(x).devices() == {d} else jax.device_put(value(x), d)
 
     def device_of(self, x):
         return neutral_name(next(iter(value(x).devices())))
@@ -109,14 +107,14 @@ class Devices:
     def to_numpy(self, x):
         return np.asarray(value(x))
 
-    def note(self, arrays) -> None:
-        """Remember the newest results of a step: JAX dispatches asynchronously and has
-        no call that waits for every device's queue, so synchronize waits for these
-        (every earlier step's work is upstream of them)."""
-        self._pending = [value(a) for a in arrays]
+    def note(self, arrays, key="") -> None:
+        """Remember the newest results of a step (per key: one replica): JAX
+        dispatches asynchronously and has no call that waits for every device's queue,
+        so synchronize waits for these (every earlier step's work is upstream of them)."""
+        self.__dict__.setdefault("_pending", {})[key] = [value(a) for a in arrays]
 
     def synchronize(self):
-        jax.block_until_ready(getattr(self, "_pending", []))
+        jax.block_until_ready(list(getattr(self, "_pending", {}).values()))
 
     def peak_memory_mb(self):
         gpus = local_devices("gpu")

@@ -1,0 +1,15 @@
+"""JAX on the common contract."""
+from common.core.contract import Backend
+
+from .devices import Devices
+from .models import Models
+from .native import Native
+from .pipeline import Pipeline
+from .scratch import Scratch
+
+
+class JaxBackend(Devices, Models, Scratch, Native, Pipeline, Backend):
+    name = "jax"
+
+
+BACKEND = JaxBackend()

@@ -1,0 +1,124 @@
+"""Native mode: the whole training step under jax.jit over a Mesh of the devices, the
+batch sharded along the mesh's "data" axis (NamedSharding(mesh, P("data"))), the
+parameters replicated (P()). The program is written for the whole batch; XLA's SPMD
+partitioner cuts it and inserts the all-reduce of the gradients. BatchNorm, as in
+every framework's data parallelism, normalises each device's shard with its own
+statistics and keeps each device's running statistics (state (devices, C), sharded
+like the batch: models.batch_norm's groups); with sync_bn, the plain program's
+statistics over the whole batch (the partitioner all-reduces them). Several
+machines: the same code over a Mesh of every process's devices (jax.distributed,
+joined in `join`)."""
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from common import models
+from common.core.contract import NotApplicable, Trainer
+
+from .devices import jax_device, local_devices
+from .models import training_step_fn
+
+# Why a batch must divide evenly here (recorded as the run's reason when it does not)
+EVEN_SHARDS = ("jax.jit over a Mesh shards the batch into equal parts, one per device; "
+               "{batch} images do not divide over {k} devices (choose a batch size that does)")
+
+
+class MeshTrainer(Trainer):
+    def __init__(self, backend, model, params, devices, lr, execution, world=1, sync_bn=False):
+        self.backend, self.ops, self.lr = backend, backend.model_ops(model), lr
+        # one process: the devices asked for; several: every process's devices
+        mesh_devices = (jax.devices() if world > 1 else [jax_device(d) for d in devices])
+        self.mesh = Mesh(np.array(mesh_devices), ("data",))
+        self.replicated = NamedSharding(self.mesh, P())
+        self.sharded = NamedSharding(self.mesh, P("data"))
+        self.groups = 1 if sync_bn else self.mesh.size
+        self.params = self._replicate(self.ops.to_framework(params))
+        self.state = self._per_replica(models.get(model).init_state())
+        self.first = local_devices(mesh_devices[0].platform)[0] if world > 1 else mesh_devices[0]
+        grad_fn = training_step_fn(self.ops.grouped(self.groups))
+
+        def step(params, state, X, y):
+            (loss, (_, state)), grads = grad_fn(params, state, X, y)
+            scale = lr / X.shape[0]
+            return [p - scale * g for p, g in zip(params, grads)], state, loss / X.shape[0]
+        # compiled: one XLA program per step, the old parameters' buffers reused
+        # (donated); eager: the same calls op by op on the sharded arrays
+        self._step = jax.jit(step, donate_argnums=(0, 1)) if execution == "compiled" else step
+        self._logits = jax.jit(lambda p, s, X: self.ops.apply(p, list(s), X, False))
+
+    def _replicate(self, arrays):
+        return [jax.make_array_from_callback(np.shape(a), self.replicated,
+                                             lambda idx, a=np.asarray(a): a[idx])
+                for a in arrays]
+
+    def _per_replica(self, state):
+        """BatchNorm's running statistics: one row per device, each on its device (one
+        copy for all, replicated, with synchronised statistics)."""
+        if self.groups == 1:
+            return self._replicate(state)
+        return [self._shard(np.tile(np.asarray(s)[None], (self.groups, 1))) for s in state]
+
+    def _shard(self, a):
+        if a.shape[0] % self.mesh.size:
+            raise NotApplicable(EVEN_SHARDS.format(batch=a.shape[0], k=self.mesh.size))
+        # every process holds the whole batch; each device takes its contiguous shard
+        return jax.make_array_from_callback(a.shape, self.sharded, lambda idx: a[idx])
+
+    def step(self, X, y):
+        self.params, self.state, loss = self._step(self.params, self.state,
+                                                   self._shard(X), self._shard(y))
+        self.backend.note(self.params, id(self))
+        return loss
+
+    def losses(self, handles):
+        # replicated: this process's copy (a multi-process array is not whole here)
+        return np.array([float(h.addressable_data(0)) for h in handles])
+
+    def logits(self, X):
+        # the first device's replica, as every framework evaluates
+        params = [self._local(p) for p in self.params]
+        state = [self._local(s) for s in self.state]
+        if self.groups > 1:
+            state = [s[0] for s in state]          # the first device's own statistics
+        return np.asarray(self._logits(params, state, jax.device_put(X, self.first)))
+
+    def _local(self, a):
+        """The first device's copy (or row) of an array."""
+        return next(s.data for s in a.addressable_shards if s.device == self.first)
+
+    def _per_device(self, arrays, rows=False):
+        """Each of this process's devices' copy of replicated arrays (rows: its row of
+        per-replica arrays), as NumPy, in the mesh's order."""
+        per = [{s.device: np.asarray(s.data)[0] if rows else np.asarray(s.data)
+                for s in a.addressable_shards} for a in arrays]
+        return [[p[d] for p in per] for d in self.mesh.devices.flat if d in per[0]]
+
+    def replica_params(self):
+        return [self.ops.from_framework(r) for r in self._per_device(self.params)]
+
+    def replica_state(self):
+        if not self.state:
+            return [[] for _ in self._per_device(self.params)]
+        return self._per_device(self.state, rows=self.groups > 1)
+
+    def load_params(self, params, state):
+        self.params = self._replicate(self.ops.to_framework(params))
+        self.state = self._per_replica(state)
+
+
+class Native:
+    def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
+        return MeshTrainer(self, model, params, devices, lr, execution, world, sync_bn)
+
+    # --- several machines: one process per node, jax.distributed (JAX has no launcher;
+    # common.launch.nodes starts the processes with the master as coordinator) ---
+    def join(self, rank, timeout=None):
+        # before anything touches a device: initialize must precede JAX's backends
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(f"{rank.master_addr}:{rank.master_port}",
+                                   num_processes=rank.world_size, process_id=rank.rank,
+                                   initialization_timeout=int(timeout or 300))
+        return None
+
+    def leave(self):
+        jax.distributed.shutdown()
