@@ -20,8 +20,3 @@ else:
 class Devices(BackendDevices):
     def version(self):
         return keras.__version__
-
-    def to_device(self, x, device):
-        # x itself where it is there already (frameworks/jax/devices.py's to_device
-        # returns the array inside a Slot, not the Slot)
-        return x if self.device_of(x) == device else super().to_device(x, device)
