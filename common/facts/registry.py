@@ -177,8 +177,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                   **{"replica-bn": _KERAS_JAX_BN},
                   nodes="Keras on JAX across machines starts with keras.distribution.initialize "
                         "(jax.distributed: coordinator address, process count and id per "
-                        "node); the suite's launcher for it (common/launch/nodes.py, "
-                        "'jax-distributed') is not written yet",
+                        "node); the suite's 'jax-distributed' launcher (common/launch/nodes.py, "
+                        "which the jax row uses) is not wired to keras-jax's trainer yet",
                   **_keras_on_tensorflow_only("JAX", _KERAS_JAX_STAGES)),
               env={"KERAS_BACKEND": "jax"}),
     Framework("keras-torch", "frameworks.keras", ("keras", "torch"), ("keras", "torch"),

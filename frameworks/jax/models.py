@@ -99,6 +99,11 @@ class ResNet18(ModelOps):
         return h.mean(axis=(2, 3)) @ params[R.FC["weight"]] + params[R.FC["bias"]]
 
 
+def sgd_update(params, grads, scale):
+    """p - scale * grad for every parameter: the new parameters (JAX updates nothing in place)."""
+    return [p - scale * g for p, g in zip(params, grads)]
+
+
 def training_step_fn(ops, units=None):
     """(params, state, X, y) -> ((summed loss, (logits, new state)), gradients): the
     model's training pass and its gradients, by jax.value_and_grad."""

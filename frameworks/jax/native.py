@@ -16,7 +16,7 @@ from common import models
 from common.core.contract import NotApplicable, Trainer
 
 from .devices import jax_device, local_devices
-from .models import training_step_fn
+from .models import sgd_update, training_step_fn
 
 # Why a batch must divide evenly here (recorded as the run's reason when it does not)
 EVEN_SHARDS = ("jax.jit over a Mesh shards the batch into equal parts, one per device; "
@@ -25,7 +25,7 @@ EVEN_SHARDS = ("jax.jit over a Mesh shards the batch into equal parts, one per d
 
 class MeshTrainer(Trainer):
     def __init__(self, backend, model, params, devices, lr, execution, world=1, sync_bn=False):
-        self.backend, self.ops, self.lr = backend, backend.model_ops(model), lr
+        self.backend, self.ops = backend, backend.model_ops(model)
         # one process: the devices asked for; several: every process's devices
         mesh_devices = (jax.devices() if world > 1 else [jax_device(d) for d in devices])
         self.mesh = Mesh(np.array(mesh_devices), ("data",))
@@ -39,8 +39,7 @@ class MeshTrainer(Trainer):
 
         def step(params, state, X, y):
             (loss, (_, state)), grads = grad_fn(params, state, X, y)
-            scale = lr / X.shape[0]
-            return [p - scale * g for p, g in zip(params, grads)], state, loss / X.shape[0]
+            return sgd_update(params, grads, lr / X.shape[0]), state, loss / X.shape[0]
         # compiled: one XLA program per step, the old parameters' buffers reused
         # (donated); eager: the same calls op by op on the sharded arrays
         self._step = jax.jit(step, donate_argnums=(0, 1)) if execution == "compiled" else step

@@ -9,6 +9,7 @@ import numpy as np
 from common.experiments import scopes
 
 from .devices import jax_device
+from .models import sgd_update
 
 # full float32 products: XLA's default on GPUs rounds float32 matmuls to TF32
 _dot = partial(jnp.dot, precision=jax.lax.Precision.HIGHEST)
@@ -39,9 +40,7 @@ def _head(head, ha, hb, y):
     return jnp.mean(jax.nn.softplus(z) - y * z), z
 
 
-@jax.jit
-def _sgd(params, grads, lr):
-    return [p - lr * g for p, g in zip(params, grads)]
+_sgd = jax.jit(sgd_update)
 
 
 class Scopes(scopes.Scopes):

@@ -11,11 +11,7 @@ from common.core.contract import Replica
 from common.facts.data import shard_bounds
 
 from .devices import Slot, jax_device
-from .models import training_step_fn
-
-
-def _sgd(params, grads, scale):
-    return [p - scale * g for p, g in zip(params, grads)]
+from .models import sgd_update, training_step_fn
 
 
 class Scratch:
@@ -79,8 +75,8 @@ class Scratch:
 
     def sgd(self, replica, scale):
         # compiled: the whole update as one XLA computation (one dispatch, not one per array)
-        update = (self.compiled("sgd", lambda: jax.jit(_sgd))
-                  if replica.execution == "compiled" else _sgd)
+        update = (self.compiled("sgd", lambda: jax.jit(sgd_update))
+                  if replica.execution == "compiled" else sgd_update)
         new = update([s.value for s in replica], [g.value for g in replica.grads], scale)
         for slot, p in zip(replica, new):
             slot.value = p
