@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from common.facts import data, registry
 from common import models
 from common.core.modes import MODES
+from common.core.pipeline import SCHEDULES
 from common.core.plan import RunConfig
 from common.facts.machine import env_info, gpu_count
 from common.launch import progress as progress_lines
@@ -104,7 +105,10 @@ def build_parser() -> Parser:
     p.add_argument("--lr", type=positive_float, default=0.2)
     p.add_argument("--micro-batches", type=positive, default=1,
                    help="model mode: each batch flows through the stages in this many "
-                        "micro-batches, GPipe-style (at most the batch)")
+                        "micro-batches (at most the batch)")
+    p.add_argument("--schedule", default=RUN_DEFAULTS["schedule"], choices=tuple(SCHEDULES),
+                   help="model mode: the micro-batches' order: " +
+                        "; ".join(f"{k}: {v}" for k, v in SCHEDULES.items()))
     p.add_argument("--sync-bn", action="store_true",
                    help="synchronised BatchNorm across replicas (native mode, models with BatchNorm)")
     p.add_argument("--dataset", default="fashion-mnist", choices=("fashion-mnist", "synthetic"))
@@ -329,7 +333,8 @@ def resume_plan(args, given: set[str]) -> Plan:
 
 # record fields that must agree between the runs of one results folder
 SAME_IN_A_FOLDER = ("model", "init", "dataset", "epochs", "batch_size", "batch_per_device", "lr",
-                    "sync_bn", "seed", "cores_per_device", "eval_samples", "micro_batches")
+                    "sync_bn", "seed", "cores_per_device", "eval_samples", "micro_batches",
+                    "schedule")
 
 
 def check_out(out: Path, plan: Plan, resuming: bool) -> None:

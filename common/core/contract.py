@@ -420,6 +420,15 @@ class Backend(ABC):
         """p -= scale * grad for the stage's parameters (scratch mode's sgd by default)."""
         self.sgd(replica, scale)
 
+    # how measure_tape knows what a tape holds (None: it cannot; the pipeline calculates)
+    tape_bytes_by: str | None = None
+
+    def measure_tape(self, replica: Replica, forward) -> tuple[Any, int | None]:
+        """Run forward() (the replica's stage_forward) and return its result and the bytes
+        of the activations its tape keeps for the backward (the parameters not counted),
+        where the framework tells them; None where it does not."""
+        return forward(), None
+
     # stages in processes of their own (model mode where the framework has one CPU device)
     def send(self, x: Any, dst: int) -> Any:
         """Start sending x to rank dst (point to point, in the group joined by join);

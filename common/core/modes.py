@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from common import models
 from common.facts import machine, registry
 from common.core.contract import Backend, NotApplicable, Trainer
-from common.core.pipeline import PipelineTrainer, stages
+from common.core.pipeline import SCHEDULES, PipelineTrainer, stages
 from common.core.plan import RunConfig
 from common.core.scratch import ScratchTrainer
 
@@ -108,12 +108,12 @@ class DataParallel(Mode):
 
 
 class Model(Mode):
-    """Model parallelism: the layers cut into stages across the devices, GPipe's
-    micro-batches (common/core/pipeline.py)."""
+    """Model parallelism: the layers cut into stages across the devices, micro-batches
+    run GPipe's or 1F1B's way (common/core/pipeline.py)."""
     every_rank_predicts = True
     speedup_against = "native"     # how much the stages gain over one device's whole model
     stage_figures = True
-    options = ("micro_batches",)
+    options = ("micro_batches", "schedule")
 
     def processes(self, framework, devices):
         # one process per stage where the framework has a single CPU device per process
@@ -141,13 +141,15 @@ class Model(Mode):
             raise NotApplicable(f"model mode runs its stages eagerly (each hands over to the next "
                                 f"between Python calls); no {cfg.execution!r} execution of it here")
         stages(cfg.model, cfg.devices)        # NotApplicable: more stages than units
+        if cfg.schedule not in SCHEDULES:
+            raise NotApplicable(f"unknown schedule {cfg.schedule!r}; choose from: {', '.join(SCHEDULES)}")
         if not 1 <= cfg.micro_batches <= cfg.batch_size:
             raise NotApplicable(f"{cfg.micro_batches} micro-batches of a batch of {cfg.batch_size}")
 
     def trainer(self, backend, cfg, devices, rank=0, world=1):
         model = models.get(cfg.model)
         return PipelineTrainer(backend, cfg.model, model.init_params(cfg.seed, cfg.init), model.init_state(),
-                               devices, cfg.lr, cfg.micro_batches, rank, world)
+                               devices, cfg.lr, cfg.micro_batches, rank, world, cfg.schedule)
 
 
 MODES: dict[str, Mode] = {m.name: m for m in (
@@ -158,6 +160,6 @@ MODES: dict[str, Mode] = {m.name: m for m in (
                                  "process replicating the module onto every GPU each step",
                  default=False),
     Model("model", "model parallelism: the layers cut into stages, stage i on device i, "
-                   "micro-batches GPipe-style", default=False),
+                   "micro-batches GPipe-style or 1F1B", default=False),
 )}
 NAMES = tuple(MODES)

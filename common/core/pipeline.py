@@ -1,27 +1,38 @@
 """Model mode, written once for every framework: the model's units cut into k stages
-(stage i on device i, common.models.stage_cuts), and a GPipe step on the backend's
+(stage i on device i, common.models.stage_cuts), and a pipelined step on the backend's
 stage primitives (stage_forward, stage_backward, to_device or send/recv, sgd).
 
-A step cuts the batch into M micro-batches (common.facts.data.shard_bounds). Every
+A step cuts the batch into M micro-batches (common.facts.data.shard_bounds). Each
 micro-batch goes forward through stages 0..k-1, each stage's output handed over to
 the next stage's device (detached: the next stage's input records its own
-gradient); then backward in reverse, the gradient of each stage's input handed back.
+gradient), and backward through k-1..0, the gradient of each stage's input handed
+back. The schedule says in which order each stage runs its forwards and backwards
+(stage_ops): GPipe, every forward and then every backward in reverse; 1F1B
+(PipeDream-Flush), a few warm-up forwards, then one forward and one backward in turn,
+so that stage s holds at most min(k-s, M) micro-batches' activations instead of M.
 The parameters' gradients add up over the micro-batches, and one SGD step scaled by
 the full batch ends the step: for a model without BatchNorm that is the 1-device
-step on the full batch, for any M. BatchNorm normalises each micro-batch by itself
-(and updates its running statistics once per micro-batch).
+step on the full batch, for any M and either schedule (the sums in another order).
+BatchNorm normalises each micro-batch by itself (and updates its running statistics
+once per micro-batch, in each stage's forward order, 0..M-1 in both schedules; MXNet
+updates them in the backward pass: M-1..0 with GPipe, 0..M-1 with 1F1B).
 
 Stages live in one process where the framework has distinct devices there (GPUs,
 MXNet's CPU contexts, TensorFlow's logical CPU devices; PyTorch and Paddle stages
-may also share cpu:0), handed over with to_device; else one process per stage
-(PyTorch and Paddle on a CPU, started by common.launch.launcher) and send/recv. The loop
-below is the same for both: InProcess or Processes hands activations and gradients over.
+may also share cpu:0), handed over with to_device, and run one after another in an
+order where every input is ready (serial_order); else one process per stage
+(PyTorch and Paddle on a CPU, started by common.launch.launcher), each running its
+own stage's ops with send/recv (a recv waits, a send does not). InProcess or
+Processes hands activations and gradients over.
 
 Each stage's busy time (its forwards, backwards and SGD; the device synchronised
 around each), the hand-over time and the step's wall time give the measured bubble:
-the idle share 1 - sum(busy) / (k x wall), against GPipe's (k-1)/(M+k-1) for equal
-stages run at once. In one process the stages run one after another, so the
-measured bubble there is near (k-1)/k whatever M."""
+the idle share 1 - sum(busy) / (k x wall), against (k-1)/(M+k-1), both schedules'
+for equal stages run at once. In one process the stages run one after another, so
+the measured bubble there is near (k-1)/k whatever M or schedule. Each of those
+clocked intervals is also kept as a span (trainer.spans: the last step's), and the
+tapes a stage holds are counted as the step runs (its peak in-flight micro-batches
+and their activation bytes)."""
 from __future__ import annotations
 
 import time
@@ -71,6 +82,77 @@ def gpipe_bubble(k: int, micro_batches: int) -> float:
     return (k - 1) / (micro_batches + k - 1)
 
 
+SCHEDULES = {"gpipe": "every micro-batch forward, then every one backward in reverse (GPipe)",
+             "1f1b": "one forward, one backward (PipeDream-Flush): stage s holds at most "
+                     "min(k-s, M) micro-batches' activations"}
+
+
+def stage_ops(schedule: str, k: int, s: int, M: int) -> list[tuple[str, int]]:
+    """Stage s's forwards ("F", m) and backwards ("B", m) of one step, in its order.
+    GPipe: F0..F(M-1), then B(M-1)..B0. 1F1B (PipeDream-Flush, Narayanan et al. 2021):
+    min(k-s-1, M) warm-up forwards, then one forward and one backward in turn, then the
+    backwards left; its backwards run in micro-batch order, so the first is B0."""
+    if schedule == "gpipe":
+        return [("F", m) for m in range(M)] + [("B", m) for m in reversed(range(M))]
+    if schedule != "1f1b":
+        raise ValueError(f"unknown schedule {schedule!r}; choose from: {', '.join(SCHEDULES)}")
+    warm = min(k - s - 1, M)
+    ops = [("F", m) for m in range(warm)]
+    for m in range(warm, M):
+        ops += [("F", m), ("B", m - warm)]
+    return ops + [("B", m) for m in range(M - warm, M)]
+
+
+def in_flight_predicted(schedule: str, k: int, s: int, M: int) -> int:
+    """The formula for the micro-batches whose activations (tapes) stage s holds at its
+    peak: every one with GPipe, min(k-s, M) with 1F1B."""
+    return M if schedule == "gpipe" else min(k - s, M)
+
+
+def _needs(k: int, s: int, kind: str, m: int) -> tuple | None:
+    """The op whose hand-over (s, kind, m) waits for: a forward, the previous stage's
+    forward of m; a backward, the next stage's backward of m (None: nothing)."""
+    if kind == "F":
+        return (s - 1, "F", m) if s > 0 else None
+    return (s + 1, "B", m) if s < k - 1 else None
+
+
+def serial_order(schedule: str, k: int, M: int) -> list[tuple[int, str, int]]:
+    """Every stage's ops as (stage, kind, m) in one order that one process can run: the
+    stages simulated in rounds, each doing its next op (stage_ops) in a round when what
+    it takes was handed over in an earlier round. Each stage keeps its own order, so the
+    numbers are those of the stages running at once."""
+    lists = [stage_ops(schedule, k, s, M) for s in range(k)]
+    pos, done, order = [0] * k, set(), []
+    while len(order) < sum(map(len, lists)):
+        ready = [(s, *lists[s][pos[s]]) for s in range(k) if pos[s] < len(lists[s])
+                 and _needs(k, s, *lists[s][pos[s]]) in done | {None}]
+        if not ready:
+            raise RuntimeError(f"{schedule} with {k} stages and {M} micro-batches deadlocks")
+        for op in ready:
+            pos[op[0]] += 1
+        done.update(ready)
+        order += ready
+    return order
+
+
+def check_order(order: Sequence[tuple[int, str, int]], schedule: str, k: int, M: int) -> None:
+    """Raise ValueError unless `order` runs each stage's ops in its schedule's order
+    and every op after the one whose hand-over it takes (a forward after its forward
+    at the previous stage, a backward after the next stage's backward of it)."""
+    for s in range(k):
+        mine = [(kind, m) for t, kind, m in order if t == s]
+        if mine != stage_ops(schedule, k, s, M):
+            raise ValueError(f"stage {s} runs {mine}, not its {schedule} ops")
+    seen = set()
+    for op in order:
+        need = _needs(k, *op)
+        if need is not None and need not in seen:
+            raise ValueError(f"stage {op[0]} runs {op[1]}{op[2]} before stage {need[0]}'s "
+                             f"{need[1]}{need[2]} handed it over")
+        seen.add(tuple(op))
+
+
 def bytes_between_stages(stage_list: Sequence[Stage], batch: int) -> list[int]:
     """Bytes sent across each stage boundary per step: the activations forward and
     their gradients back, float32, for the whole batch (all micro-batches)."""
@@ -114,23 +196,68 @@ class Processes:
         self.pending = []
 
 
+def activation_bytes_calculated(model_name: str, stage: Stage, rows: int) -> int:
+    """A calculation, where the framework does not tell what its tape holds: the stage's
+    input and each of its units' outputs, float32, for `rows` images (a lower bound: a
+    tape keeps each layer's intermediates too)."""
+    model = models.get(model_name)
+    lo, hi = stage.units
+    shapes = [model.IMAGE_SHAPE if lo == 0 else model.UNITS[lo - 1][3]] + [
+        u[3] for u in model.UNITS[lo:hi]]
+    return FLOAT_BYTES * rows * sum(int(np.prod(x)) for x in shapes)
+
+
+# what a span's name says, its category (the Chrome trace's "cat")
+SPAN_KINDS = {"F": "forward", "B": "backward", "send act": "handover", "send grad": "handover",
+              "sgd": "sgd"}
+# perf_counter is CLOCK_MONOTONIC on Linux: one clock for every process of the machine
+# (model mode runs on one), so the ranks' spans line up as measured; elsewhere each
+# rank's spans are aligned on its own step start
+SHARED_CLOCK = "CLOCK_MONOTONIC" in time.get_clock_info("perf_counter").implementation
+
+
 class PipelineTrainer(Trainer):
     """Model mode's trainer: in one process every stage (devices: one per stage), or in
-    rank r of a run with a process per stage, stage r alone (devices: its one device)."""
+    rank r of a run with a process per stage, stage r alone (devices: its one device).
+
+    trainer.spans: the last step's clocked intervals, one dict each: lane ("stage 0
+    (cpu:0)"), name ("F3", "B3", "send act 3", "send grad 3", "sgd"), cat
+    (SPAN_KINDS), start and end (perf_counter seconds), micro_batch (None for sgd) and
+    step (steps since the trainer was built). With a process per stage, figures()
+    leaves every rank's spans in rank 0's (on the shared clock, SHARED_CLOCK)."""
 
     def __init__(self, backend: Backend, model: str, params, state, devices: Sequence[str],
-                 lr: float, micro_batches: int, rank: int = 0, world: int = 1):
+                 lr: float, micro_batches: int, rank: int = 0, world: int = 1,
+                 schedule: str = "gpipe"):
+        if schedule not in SCHEDULES:
+            raise NotApplicable(f"unknown schedule {schedule!r}; choose from: {', '.join(SCHEDULES)}")
         self.backend, self.model, self.lr, self.M = backend, model, lr, micro_batches
-        self.world = world
+        self.schedule, self.world = schedule, world
         self.stages = stages(model, world if world > 1 else len(devices))
-        self.local = [rank] if world > 1 else list(range(len(self.stages)))
+        k = len(self.stages)
+        self.local = [rank] if world > 1 else list(range(k))
         self.devices = dict(zip(self.local, devices))
         self.link = (Processes if world > 1 else InProcess)(backend, self.devices)
         self.replicas = {s: backend.stage_replica(params, state, self.devices[s], model, self.stages[s])
                          for s in self.local}
         self.params0 = [np.asarray(p) for p in params]
-        self.batch = None
+        # the ops this process runs, in its order: every stage's (one process) or its own
+        self.order = (serial_order(schedule, k, micro_batches) if world == 1 else
+                      [(rank, kind, m) for kind, m in stage_ops(schedule, k, rank, micro_batches)])
+        if world == 1:
+            check_order(self.order, schedule, k, micro_batches)
+        self.batch, self.bounds, self.steps = None, None, 0
+        self.tape_bytes: dict[tuple[int, int], int] = {}     # (stage, rows) -> one tape's bytes
+        self.tape_bytes_by = None                            # measured by what (None: calculated)
+        self.spans: list[dict] = []
+        self._reset_figures()
+
+    def _reset_figures(self) -> None:
         self.timings: list[list[float]] = []    # per step: wall, hand-over, busy per local stage
+        # per local stage, the most tapes (micro-batches) and tape bytes held at once
+        self.peak_tapes = dict.fromkeys(self.local, 0)
+        self.peak_bytes = dict.fromkeys(self.local, 0)
+        self.step_start = None
 
     @property
     def last(self) -> int:
@@ -144,46 +271,91 @@ class PipelineTrainer(Trainer):
         """Shape of stage s's input as the framework holds it (what recv allocates)."""
         return (rows, *self.stages[s - 1].out_shape)
 
+    def _lane(self, s: int) -> str:
+        # another rank's stage: on the CPU too (a process per stage only runs without GPUs)
+        return f"stage {s} ({self.devices.get(s, self.devices[self.local[0]])})"
+
+    def _span(self, s: int, kind: str, t0: float, t1: float, m: int | None = None,
+              step: int | None = None) -> None:
+        name = kind if m is None else f"{kind}{m}" if len(kind) == 1 else f"{kind} {m}"
+        self.spans.append({"lane": self._lane(s), "name": name, "cat": SPAN_KINDS[kind],
+                           "start": t0, "end": t1, "micro_batch": m,
+                           "step": self.steps if step is None else step})
+
+    def _forward(self, s: int, r, x, labels, rows: int):
+        """stage_forward, the first time at this stage and micro-batch size with its tape's
+        bytes measured where the backend can (else calculated)."""
+        b = self.backend
+        if (s, rows) in self.tape_bytes:
+            return b.stage_forward(r, x, labels)
+        result, nbytes = b.measure_tape(r, lambda: b.stage_forward(r, x, labels))
+        if nbytes is None:
+            nbytes = activation_bytes_calculated(self.model, self.stages[s], rows)
+        else:
+            self.tape_bytes_by = b.tape_bytes_by
+        self.tape_bytes[s, rows] = nbytes
+        return result
+
     def step(self, X, y):
         b, last = self.backend, self.last
         bounds = shard_bounds(len(X), self.M)
-        self.batch = len(X)
+        self.batch, self.bounds = len(X), bounds
         busy, hand, tapes, losses = dict.fromkeys(self.local, 0.0), 0.0, {}, []
-        start = self._clock()
-        for m, (lo, hi) in enumerate(bounds):                 # forward, micro-batch by micro-batch
-            for s in self.local:
-                r = self.replicas[s]
+        held, held_bytes, started = dict.fromkeys(self.local, 0), dict.fromkeys(self.local, 0), set()
+        self.spans = []                         # the last step's only: memory stays bounded
+        self.step_start = start = self._clock()
+        for s, kind, m in self.order:
+            lo, hi = bounds[m]
+            r = self.replicas[s]
+            if kind == "F":
                 x = (b.tensor(X[lo:hi], r.device) if s == 0
                      else self.link.recv(s, s - 1, ("act", m), self._in_shape(s, hi - lo)))
                 labels = b.tensor(y[lo:hi], r.device) if s == last else None
                 t = self._clock()
-                out, tapes[s, m] = b.stage_forward(r, x, labels)
-                busy[s] += self._clock() - t
+                out, tapes[s, m] = self._forward(s, r, x, labels, hi - lo)
+                t1 = self._clock()
+                busy[s] += t1 - t
+                self._span(s, "F", t, t1, m)
+                held[s] += 1
+                held_bytes[s] += self.tape_bytes[s, hi - lo]
+                self.peak_tapes[s] = max(self.peak_tapes[s], held[s])
+                self.peak_bytes[s] = max(self.peak_bytes[s], held_bytes[s])
                 if s == last:
                     losses.append(out)
                 else:
                     t = self._clock()
                     self.link.send(out, s, s + 1, ("act", m))
-                    hand += self._clock() - t
-        for m in reversed(range(len(bounds))):                # backward, in reverse
-            lo, hi = bounds[m]
-            for s in reversed(self.local):
-                r = self.replicas[s]
+                    t1 = self._clock()
+                    hand += t1 - t
+                    self._span(s, "send act", t, t1, m)
+            else:
                 grad = (None if s == last else
                         self.link.recv(s, s + 1, ("grad", m), self._in_shape(s + 1, hi - lo)))
                 t = self._clock()
-                g_in = b.stage_backward(r, tapes.pop((s, m)), grad, first=m == len(bounds) - 1)
-                busy[s] += self._clock() - t
+                # `first`: this stage's first backward of the step (GPipe's is M-1, 1F1B's
+                # 0), which starts the gradient sums from zero where the backend keeps them
+                g_in = b.stage_backward(r, tapes.pop((s, m)), grad, first=s not in started)
+                t1 = self._clock()
+                started.add(s)
+                busy[s] += t1 - t
+                self._span(s, "B", t, t1, m)
+                held[s] -= 1
+                held_bytes[s] -= self.tape_bytes[s, hi - lo]
                 if s > 0:
                     t = self._clock()
                     self.link.send(g_in, s, s - 1, ("grad", m))
-                    hand += self._clock() - t
+                    t1 = self._clock()
+                    hand += t1 - t
+                    self._span(s, "send grad", t, t1, m)
         for s in self.local:                                  # one SGD step on the summed gradients
             t = self._clock()
             b.stage_sgd(self.replicas[s], self.lr / len(X))
-            busy[s] += self._clock() - t
+            t1 = self._clock()
+            busy[s] += t1 - t
+            self._span(s, "sgd", t, t1)
         self.link.wait()
         self.timings.append([self._clock() - start, hand, *busy.values()])
+        self.steps += 1
         return sum(losses[1:], losses[0]) / len(X) if losses else None     # all on the last stage's device
 
     def losses(self, handles):
@@ -247,21 +419,95 @@ class PipelineTrainer(Trainer):
     def load_params(self, params, state):
         for r in self.replicas.values():
             self.backend.write_stage(r, params, state)
-        self.timings = []
+        self._reset_figures()
+
+    def _memory(self) -> dict:
+        """Per local stage: the most tapes held at once (counted) and their bytes, and the
+        formulas' figures for the last step's micro-batches."""
+        k, rows = len(self.stages), [hi - lo for lo, hi in self.bounds or []]
+        out = {}
+        for s in self.local:
+            n = in_flight_predicted(self.schedule, k, s, self.M)
+            # the peak holds micro-batches 0..n-1 (1F1B) or all (GPipe): the largest first
+            out[s] = [self.peak_tapes[s], self.peak_bytes[s], n,
+                      sum(self.tape_bytes.get((s, r), 0) for r in rows[:n])]
+        return out
+
+    def _span_rows(self) -> np.ndarray:
+        """The last step's spans as numbers: stage, kind (index in SPAN_KINDS), micro-batch
+        (-1: none), start and end after this process's step start."""
+        kinds, lanes = list(SPAN_KINDS), {self._lane(s): s for s in self.local}
+        return np.array([[lanes[x["lane"]], kinds.index(x["name"].rstrip("0123456789 ")),
+                          -1 if x["micro_batch"] is None else x["micro_batch"],
+                          x["start"] - self.step_start, x["end"] - self.step_start]
+                         for x in self.spans], np.float64).reshape(-1, 5)
+
+    def _gather_spans(self) -> None:
+        """Every rank's last-step spans into rank 0's trainer.spans (a collective: every
+        rank calls it), on the shared clock where there is one (SHARED_CLOCK), else each
+        rank's aligned on rank 0's step start."""
+        mine = self._span_rows()
+        heads = self.backend.gather_floats([len(mine), self.step_start or 0.0, self.steps - 1])
+        most = int(heads[:, 0].max())
+        padded = np.full((most, 5), np.nan)
+        padded[:len(mine)] = mine
+        rows = self.backend.gather_floats(padded.ravel()).reshape(self.world, most, 5)
+        starts = heads[:, 1] if SHARED_CLOCK else np.full(self.world, heads[0, 1])
+        if self.local[0] != 0:
+            return
+        self.spans = []
+        kinds = list(SPAN_KINDS)
+        for r in range(self.world):
+            for s, kind, m, t0, t1 in rows[r, :int(heads[r, 0])]:
+                self._span(int(s), kinds[int(kind)], starts[r] + t0, starts[r] + t1,
+                           None if m < 0 else int(m), step=int(heads[r, 2]))
+        self.spans.sort(key=lambda x: x["start"])
+
+    def spans_record(self) -> dict | None:
+        """The last step's spans, compactly, for the record: the lanes, and per span [lane
+        index, name, category, micro-batch, start, end] in seconds after the step's
+        start (rank 0's), to the microsecond."""
+        if not self.spans:
+            return None
+        t0 = self.step_start
+        lanes = [self._lane(s) for s in range(len(self.stages))]
+        return {"step": self.spans[0]["step"], "clock": (
+                    "one process" if self.world == 1 else
+                    "one clock for every process (perf_counter: CLOCK_MONOTONIC)" if SHARED_CLOCK
+                    else "each rank's spans aligned on its own step start"),
+                "lanes": lanes, "wall": round(self.timings[-1][0], 6) if self.timings else None,
+                "spans": [[lanes.index(x["lane"]), x["name"], x["cat"], x["micro_batch"],
+                           round(x["start"] - t0, 6), round(x["end"] - t0, 6)] for x in self.spans]}
 
     def figures(self) -> dict:
         k, local = len(self.stages), np.array(self.timings, np.float64).reshape(len(self.timings), -1)
+        memory = self._memory()
         if self.world > 1:       # every rank's per-step (wall, hand-over, busy) side by side
             rows = self.backend.gather_floats(local.ravel()).reshape(self.world, len(local), 3)
             wall, hand, busy = rows[:, :, 0].max(axis=0), rows[:, :, 1].sum(axis=0), rows[:, :, 2].T
+            memory = dict(enumerate(self.backend.gather_floats(memory[self.local[0]])))
+            if self.step_start is not None:
+                self._gather_spans()
         else:
             wall, hand, busy = local[:, 0], local[:, 1], local[:, 2:]
         bubble = 1 - busy.sum(axis=1) / (k * wall) if len(wall) else []
         med = (lambda v: float(np.median(v)) if len(v) else None)
-        return {"micro_batches": self.M, "stages": [s.describe() for s in self.stages],
+        timed = bool(self.timings)
+        return {"micro_batches": self.M, "schedule": self.schedule,
+                "stages": [s.describe() for s in self.stages],
                 "stage_devices": [d for _, d in sorted(self.devices.items())] if self.world == 1
                                  else [self.devices[self.local[0]]] * k,
                 "stage_sec": [med(busy[:, s]) for s in range(k)] if len(busy) else None,
                 "handover_sec": med(hand), "bubble": med(bubble),
                 "bubble_gpipe": gpipe_bubble(k, self.M),
-                "bytes_between_stages": bytes_between_stages(self.stages, self.batch or 0)}
+                "bytes_between_stages": bytes_between_stages(self.stages, self.batch or 0),
+                "stage_peak_micro_batches": [int(memory[s][0]) for s in range(k)] if timed else None,
+                "stage_peak_micro_batches_predicted": [int(memory[s][2]) for s in range(k)],
+                "stage_activation_bytes": [int(memory[s][1]) for s in range(k)] if timed else None,
+                "stage_activation_bytes_predicted": ([int(memory[s][3]) for s in range(k)]
+                                                     if timed else None),
+                "activation_bytes_source": (
+                    f"measured: {self.backend.tape_bytes_by}" if self.tape_bytes_by else
+                    "calculation: each stage's input and its units' outputs, float32 (a lower "
+                    "bound: the tape keeps each layer's intermediates too)"),
+                "pipeline_spans": self.spans_record()}

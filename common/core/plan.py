@@ -39,6 +39,7 @@ class RunConfig:
     eval_samples: int | None = None    # cap on the test images evaluated (None: all)
     warmup_steps: int = 2
     micro_batches: int = 1         # model mode: the batch flows through the stages in M parts
+    schedule: str = "gpipe"        # model mode: a name in common.core.pipeline.SCHEDULES
     # several machines (common.launch.nodes): `devices` is then per node. launcher "cluster":
     # this machine is node `node_rank` and `master` (HOST:PORT) is node 0's address;
     # "local": every node is simulated here. node_hosts: every node's address, in node

@@ -168,8 +168,9 @@ def summarize(records: list[dict]) -> list[dict]:
 
 # --- model mode (the pipeline): its own table under the main one ---
 
-PIPELINE_COLUMNS = ("framework", "model", "stages", "M", "processes", "step s", "stage s",
-                    "hand-over s", "MB/step", "bubble", "GPipe bubble", "vs native x1")
+PIPELINE_COLUMNS = ("framework", "model", "stages", "M", "schedule", "processes", "step s",
+                    "stage s", "hand-over s", "MB/step", "bubble", "formula bubble",
+                    "held (formula)", "act. MB", "vs native x1")
 
 
 def base_key(r: dict, mode: str) -> tuple:
@@ -180,16 +181,27 @@ def base_key(r: dict, mode: str) -> tuple:
     return r["framework"], r.get("model", "lenet"), mode, execution, bool(r.get("sync_bn"))
 
 
+def _per_stage(values, fmt: str = "{}") -> str | None:
+    return "/".join(fmt.format(x) for x in values) if values else None
+
+
 def pipeline_figures(r: dict, t: dict) -> dict:
     steps = (r.get("steps_per_epoch") or [None])[0]
     stage = r.get("stage_sec") or []
+    held, formula = r.get("stage_peak_micro_batches"), r.get("stage_peak_micro_batches_predicted")
+    act = _per_stage([x / 1e6 for x in r.get("stage_activation_bytes") or []], "{:.2f}")
+    calculated = (r.get("activation_bytes_source") or "").startswith("calculation")
     return {"stages": r["devices"], "M": r.get("micro_batches"), "processes": r.get("processes"),
+            # a record from before the schedule was a choice ran GPipe
+            "schedule": r.get("schedule") or "gpipe",
+            "held (formula)": f"{_per_stage(held)} ({_per_stage(formula)})" if held else None,
+            "act. MB": f"{act} calc." if act and calculated else act,
             "step s": t["sec"] / steps if (t["sec"] and steps) else None,
             "stage s": " / ".join(f"{x:.3f}" for x in stage) if stage else None,
             "hand-over s": r.get("handover_sec"),
             "MB/step": (sum(r["bytes_between_stages"]) / 1e6
                         if r.get("bytes_between_stages") is not None else None),
-            "bubble": r.get("bubble"), "GPipe bubble": r.get("bubble_gpipe")}
+            "bubble": r.get("bubble"), "formula bubble": r.get("bubble_gpipe")}
 
 
 def pipeline_table(rows: list[dict], markdown: bool = False) -> Table | None:
@@ -204,7 +216,7 @@ def pipeline_table(rows: list[dict], markdown: bool = False) -> Table | None:
     for c in columns:
         t.add_column(c, justify="left" if c == "framework" else "right")
     fmt = {"step s": "{:.3f}", "hand-over s": "{:.4f}", "MB/step": "{:.2f}", "bubble": "{:.2f}",
-           "GPipe bubble": "{:.2f}", "vs native x1": "{:.2f}"}
+           "formula bubble": "{:.2f}", "vs native x1": "{:.2f}"}
     for row in rows:
         row = {**row, "vs native x1": row["speed-up"]}
         t.add_row(*(Text("-" if row[c] is None else fmt.get(c, "{}").format(row[c])) for c in columns))
@@ -215,16 +227,25 @@ def pipeline_definitions(rows: list[dict]) -> list[str]:
     if not any("stages" in row for row in rows):
         return []
     lines = ["Model mode: the model's layers cut into stages (stage i on device i), each batch "
-             "cut into M micro-batches that flow through the stages GPipe-style (gradients summed, "
-             "one SGD step per batch). step s: sec/epoch over the steps. stage s: each stage's busy "
+             "cut into M micro-batches that flow through the stages (gradients summed, one SGD "
+             "step per batch) in the schedule's order: gpipe, every forward then every backward; "
+             "1f1b, one forward and one backward in turn after min(k-s-1, M) warm-up forwards "
+             "at stage s. step s: sec/epoch over the steps. stage s: each stage's busy "
              "seconds per step (its forwards, backwards and SGD, the device synchronised around "
              "each; median over the steps). hand-over s: seconds per step spent handing "
              "activations and gradients to the next device (in one process: the copy; with a "
              "process per stage: starting the sends). MB/step: activations forward and their "
              "gradients back across the stage boundaries per step. bubble: the measured idle "
-             "share, 1 - sum(stage s) / (stages x step s); GPipe bubble: (k-1)/(M+k-1), what "
-             "equal stages running at once would leave idle. vs native x1: the same framework's "
-             "native 1-device sec/epoch over this row's (speed-up)."]
+             "share, 1 - sum(stage s) / (stages x step s); formula bubble: (k-1)/(M+k-1), what "
+             "equal stages running at once would leave idle, with either schedule. held "
+             "(formula): per stage, the most micro-batches whose activations (autograd tapes) "
+             "it held at once, counted as the steps ran, and the formula's (gpipe M, 1f1b "
+             "min(k-s, M)). act. MB: those tapes' bytes at that peak, per stage, measured from "
+             "what the framework's tape saves (PyTorch, Paddle: saved-tensor hooks; JAX: the "
+             "vjp's residuals) or, marked calc., a calculation from the stage's input and its "
+             "units' outputs (a lower bound). vs native x1: the same framework's native "
+             "1-device sec/epoch over this row's (speed-up). schedule-*.png draws each stage's "
+             "spans of the last step, so the bubble shows."]
     if any(row["device kind"] != "gpu" for row in rows if "stages" in row):
         lines.append("No GPU here: the stages share the same CPU cores (virtual devices, or a "
                      "process per stage), so the ideal speed-up is 1, as for data parallelism. In "
@@ -527,6 +548,77 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
         ax.set_title("Scaling")
         ax.legend(fontsize=6)
         written.append(save_figure(plt, fig, out_dir / "scaling.png"))
+    return written + schedule_plots(ok, out_dir)
+
+
+def _fmt2(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def step_bubble(spans: dict) -> float | None:
+    """The idle share of the step the spans record: 1 - the stages' busy seconds
+    (forwards, backwards, SGD) / (stages x the step's wall time)."""
+    if not spans or not spans.get("wall"):
+        return None
+    busy = sum(x[5] - x[4] for x in spans["spans"] if x[2] != "handover")
+    return 1 - busy / (len(spans["lanes"]) * spans["wall"])
+
+
+def schedule_plots(records: list[dict], out_dir: Path, suffix: str = "") -> list[Path]:
+    """The pipeline's schedule as measured: for each framework, model and stage count, a
+    panel per model-mode record with spans (its last step), stages x time, each
+    micro-batch a colour, forwards solid, backwards hatched, hand-overs thin and grey,
+    SGD black; the panels share the time axis. Returns the files written."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r.get("status") == "ok" and r.get("pipeline_spans"):
+            groups.setdefault((r["framework"], r.get("model", "lenet"), r["devices"]), []).append(r)
+    written = []
+    colours = plt.get_cmap("tab10")
+    for (framework, model, k), rs in groups.items():
+        rs = sorted(rs, key=lambda r: (r.get("schedule") or "gpipe", r.get("micro_batches") or 1))
+        longest = max(r["pipeline_spans"]["wall"] or 0 for r in rs) * 1e3
+        fig, axes = plt.subplots(len(rs), 1, figsize=(10, 0.5 + (0.45 * k + 0.6) * len(rs)),
+                                 sharex=True, squeeze=False)
+        for ax, r in zip(axes[:, 0], rs):
+            spans = r["pipeline_spans"]
+            for lane, name, cat, m, t0, t1 in spans["spans"]:
+                t0, t1 = t0 * 1e3, t1 * 1e3
+                if cat in ("forward", "backward"):
+                    ax.barh(lane, t1 - t0, left=t0, height=0.8, color=colours(m % 10),
+                            hatch="///" if cat == "backward" else None, edgecolor="black",
+                            linewidth=0.3)
+                    if t1 - t0 > longest / 60:
+                        ax.text((t0 + t1) / 2, lane, name, ha="center", va="center", fontsize=6,
+                                bbox={"facecolor": "white", "alpha": 0.7, "pad": 0.5, "linewidth": 0})
+                else:
+                    ax.barh(lane + 0.3 if cat == "handover" else lane, t1 - t0, left=t0,
+                            height=0.2 if cat == "handover" else 0.8,
+                            color="grey" if cat == "handover" else "black")
+            ax.set_yticks(range(len(spans["lanes"])), spans["lanes"], fontsize=7)
+            ax.set_ylim(len(spans["lanes"]) - 0.5, -0.5)       # stage 0 on top
+            held = r.get("stage_peak_micro_batches")
+            ax.set_title(f"{r.get('schedule') or 'gpipe'}, M = {r.get('micro_batches')}, "
+                         f"{r.get('processes')} process(es): step {spans['wall'] * 1e3:.1f} ms "
+                         f"(step {spans['step']}), bubble {_fmt2(step_bubble(spans))} in this "
+                         f"step ({_fmt2(r.get('bubble'))} median), formula "
+                         f"{_fmt2(r.get('bubble_gpipe'))}; "
+                         f"micro-batches held per stage {held}", fontsize=8)
+        axes[-1, 0].set_xlabel("ms since the step's start (the device synchronised around each span)")
+        axes[0, 0].legend(handles=[Patch(facecolor="white", edgecolor="black", label="forward"),
+                                   Patch(facecolor="white", edgecolor="black", hatch="///",
+                                         label="backward"),
+                                   Patch(color="grey", label="hand-over"), Patch(color="black", label="SGD")],
+                          fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1),
+                          title="colour: micro-batch", title_fontsize=6)
+        fig.suptitle(f"{framework} {model}, {k} stages: the last step's schedule as measured",
+                     fontsize=9)
+        written.append(save_figure(plt, fig, out_dir / f"schedule-{model}-{framework}-{k}stages{suffix}.png"))
     return written
 
 

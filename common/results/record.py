@@ -25,9 +25,14 @@ RECORD_KEYS = (
     "step_losses", "param_fingerprint", "peak_memory_mb", "peak_memory_source", "diverged_step",
     "last_finite_loss",
     "target_accuracy", "epochs_to_target", "sec_to_target",
-    # model mode (the pipeline, common/core/pipeline.py); None in the other modes but micro_batches
-    "micro_batches", "stages", "stage_devices", "stage_sec", "handover_sec",
+    # model mode (the pipeline, common/core/pipeline.py); None in the other modes but
+    # micro_batches and schedule. bubble_gpipe: (k-1)/(M+k-1), both schedules' formula;
+    # per stage, the most micro-batches whose activations it held at once (counted) and
+    # their bytes, with the formulas' figures; the last step's spans (compact)
+    "micro_batches", "schedule", "stages", "stage_devices", "stage_sec", "handover_sec",
     "bytes_between_stages", "bubble", "bubble_gpipe",
+    "stage_peak_micro_batches", "stage_peak_micro_batches_predicted", "stage_activation_bytes",
+    "stage_activation_bytes_predicted", "activation_bytes_source", "pipeline_spans",
     # several machines (common.launch.nodes): node count, this machine's node, how the nodes
     # were started, the processes over all nodes, MXNet's parameter servers, and each
     # simulated node's sec/epoch (--launcher local)
@@ -64,6 +69,7 @@ def new_record(cfg: RunConfig) -> dict:
                   sync_bn=cfg.sync_bn, seed=cfg.seed, threads=cfg.threads,
                   cores_per_device=cfg.cores_per_device, target_accuracy=cfg.target_accuracy,
                   eval_samples=cfg.eval_samples, micro_batches=cfg.micro_batches,
+                  schedule=cfg.schedule,
                   nodes=cfg.nodes, node_rank=cfg.node_rank if cfg.nodes > 1 else None,
                   launcher=cfg.launcher if cfg.nodes > 1 else None,
                   status="failed",

@@ -41,6 +41,16 @@ class Pipeline:
             slot.value = s
         return out, vjp
 
+    tape_bytes_by = "the residuals jax.vjp keeps (the leaves of the function it returns)"
+
+    def measure_tape(self, replica, forward):
+        out, vjp = forward()
+        full = replica.full
+        own = {id(x.value) for x in (*full, *full.state)}
+        leaves = {id(x): x for x in jax.tree_util.tree_leaves(vjp)
+                  if hasattr(x, "nbytes") and id(x) not in own}
+        return (out, vjp), sum(int(x.nbytes) for x in leaves.values())
+
     def stage_backward(self, replica, tape, grad, first):
         g_own, g_X = tape(jnp.ones(()) if grad is None else value(grad))
         for slot, g in zip(replica.grads, g_own):

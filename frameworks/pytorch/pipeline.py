@@ -31,6 +31,22 @@ class Pipeline:
         torch.autograd.backward(out, grad)
         return X.grad if X.requires_grad else None
 
+    tape_bytes_by = "torch.autograd.graph.saved_tensors_hooks (the tensors autograd saves)"
+
+    def measure_tape(self, replica, forward):
+        full = replica.full
+        own = {t.untyped_storage().data_ptr() for t in (*full, *full.state)}
+        saved = {}
+
+        def pack(t):               # each tensor once (a ReLU's output is saved twice), no parameter
+            storage = t.untyped_storage().data_ptr()
+            if storage not in own:
+                saved[storage, t.storage_offset(), tuple(t.shape)] = t.numel() * t.element_size()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            result = forward()
+        return result, sum(saved.values())
+
     def send(self, x, dst):
         return dist.isend(x.contiguous(), dst)       # non-blocking: the stage goes on
 
