@@ -1,14 +1,22 @@
 """Model mode's parts that need no framework: the stage cuts, GPipe's figures, the
-record, the command line and the report."""
+schedules (GPipe, 1F1B) and the loop run on a NumPy toy backend (tapes counted, spans,
+the 1F1B check and its planted bugs), the record, the command line and the report."""
 import itertools
+import json
+import re
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from common import models
 from common.reports import runs as report
 from common.core.contract import NotApplicable
 from common.core.modes import MODES
-from common.core.pipeline import bytes_between_stages, gpipe_bubble, stages
+from common.core import pipeline
+from common.core.pipeline import (SCHEDULES, PipelineTrainer, activation_bytes_calculated,
+                                  bytes_between_stages, check_order, gpipe_bubble,
+                                  in_flight_predicted, serial_order, stage_ops, stages)
 from common.core.plan import RunConfig
 from common.results.record import RECORD_KEYS, new_record
 from tests.conftest import usage_error
@@ -67,6 +75,7 @@ def test_model_mode_is_registered_and_recorded():
 @pytest.mark.parametrize("args,message", [
     (["--micro-batches", "0"], "must be at least 1"),
     (["--micro-batches", "300"], "--micro-batches 300 is more than the batch of 256"),
+    (["--schedule", "interleaved"], "argument --schedule: invalid choice: 'interleaved'"),
 ])
 def test_micro_batches_are_checked(args, message):
     assert message in usage_error(["-m", "benchmarks.compare", *args, "--dataset", "synthetic"])
@@ -105,3 +114,208 @@ def test_model_mode_runs_eagerly():
         with pytest.raises(NotApplicable, match="eagerly"):
             MODES["model"].precheck(backend, RunConfig(name, "model", 2, execution="compiled"),
                                     ["cpu:0", "cpu:1"])
+
+
+# --- the schedules ---
+
+def _peak(ops) -> int:
+    held = most = 0
+    for kind, _ in ops:
+        held += 1 if kind == "F" else -1
+        most = max(most, held)
+    return most
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_schedules_run_every_micro_batch_and_hold_what_the_formula_says(schedule):
+    """Each stage runs every micro-batch's forward and then its backward, once; its
+    tapes held at once peak at the formula's count (GPipe M, 1F1B min(k-s, M)); one
+    process finds an order for every stage count and M."""
+    for k in range(1, 6):
+        for M in range(1, 10):
+            for s in range(k):
+                ops = stage_ops(schedule, k, s, M)
+                assert sorted(ops) == sorted([("F", m) for m in range(M)] + [("B", m) for m in range(M)])
+                assert all(ops.index(("F", m)) < ops.index(("B", m)) for m in range(M))
+                assert _peak(ops) == in_flight_predicted(schedule, k, s, M)
+            check_order(serial_order(schedule, k, M), schedule, k, M)
+    assert stage_ops("1f1b", 2, 0, 4) == [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1),
+                                          ("F", 3), ("B", 2), ("B", 3)]
+    assert [in_flight_predicted("1f1b", 4, s, 8) for s in range(4)] == [4, 3, 2, 1]
+
+
+def test_check_order_fails_on_planted_orders():
+    """The order a process runs is checked when the trainer is built: one that runs a
+    backward before the next stage handed its gradient back (each stage's ops one stage
+    after another), or a stage's ops out of its schedule's order, is refused."""
+    k, M = 2, 4
+    stage_by_stage = [(s, *op) for s in range(k) for op in stage_ops("1f1b", k, s, M)]
+    with pytest.raises(ValueError, match="stage 0 runs B0 before stage 1's B0 handed it over"):
+        check_order(stage_by_stage, "1f1b", k, M)
+    swapped = serial_order("1f1b", k, M)
+    swapped[2], swapped[3] = swapped[3], swapped[2]      # stage 1's F0 and B0
+    with pytest.raises(ValueError, match="stage 1 runs"):
+        check_order(swapped, "1f1b", k, M)
+    with pytest.raises(ValueError, match="not its gpipe ops"):
+        check_order(serial_order("1f1b", k, M), "gpipe", k, M)
+
+
+# --- the loop on a toy backend ---
+
+class Toy:
+    """A framework-free backend for the pipeline loop (NumPy, float64): stage s scales
+    the mean of each image's input by c = 1 + the sum of its parameters' means; the last
+    stage's loss is sum((y + 1) x output). Its gradients add up in buffers of its own,
+    started by `first`, as TensorFlow's, MXNet's and JAX's do."""
+    name, tape_bytes_by = "toy", None
+
+    def devices(self, n):
+        return [f"cpu:{i}" for i in range(n)]
+
+    def synchronize(self):
+        pass
+
+    def tensor(self, value, device):
+        return np.asarray(value, np.float64)
+
+    def to_device(self, x, device):
+        return x
+
+    def to_numpy(self, x):
+        return np.asarray(x)
+
+    def measure_tape(self, replica, forward):
+        return forward(), None
+
+    def stage_replica(self, params, state, device, model, stage):
+        own = [np.array(params[i], np.float64) for i in stage.params]
+        return SimpleNamespace(device=device, stage=stage, params=own,
+                               grads=[np.zeros_like(p) for p in own])
+
+    def stage_forward(self, replica, X, y=None, training=True):
+        c = 1 + sum(p.mean() for p in replica.params)
+        h = X.reshape(len(X), -1).mean(axis=1)
+        return (c * h if y is None else ((y + 1) * c * h).sum()), (X, h, c, y)
+
+    def stage_backward(self, replica, tape, grad, first):
+        X, h, c, y = tape
+        g_out = y + 1 if grad is None else grad
+        g_c = (g_out * h).sum()
+        for i, p in enumerate(replica.params):
+            g = np.full_like(p, g_c / p.size)
+            replica.grads[i] = g if first else replica.grads[i] + g
+        return None if replica.stage.index == 0 else g_out * c
+
+    def stage_sgd(self, replica, scale):
+        for p, g in zip(replica.params, replica.grads):
+            p -= scale * g
+
+    def read_stage(self, replica):
+        return [p.astype(np.float32) for p in replica.params], []
+
+
+def _toy_trainer(model, k, M, schedule):
+    m = models.get(model)
+    params = [np.full(3, 0.1 * i) for i in range(len(m.PARAM_NAMES))]   # the toy's: any shape
+    return PipelineTrainer(Toy(), model, params, m.init_state(), Toy().devices(k), 0.1, M,
+                           schedule=schedule)
+
+
+def _images(n, seed=0):
+    r = np.random.default_rng(seed)
+    return r.random((n, 1, 28, 28), dtype=np.float32), r.integers(0, 10, n)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_the_loop_counts_tapes_and_keeps_the_last_steps_spans(schedule):
+    """ResNet-18's cut into 4 stages, M = 8 (uneven micro-batches of a batch of 30): each
+    stage's tapes held at once, counted as the steps run, equal the formula, and their
+    bytes are the calculation's for the micro-batches held (the largest first); the
+    spans are the last step's only, each stage's forwards and backwards in its
+    schedule's order, with their hand-overs and SGD; the record's copy is compact JSON."""
+    k, M, X_y = 4, 8, _images(30)
+    trainer = _toy_trainer("resnet18", k, M, schedule)
+    for _ in range(3):
+        trainer.step(*X_y)
+    f = trainer.figures()
+    assert f["schedule"] == schedule and f["bubble_gpipe"] == gpipe_bubble(k, M)
+    want = [in_flight_predicted(schedule, k, s, M) for s in range(k)]
+    assert f["stage_peak_micro_batches"] == f["stage_peak_micro_batches_predicted"] == want
+    rows = [hi - lo for lo, hi in trainer.bounds]
+    assert rows == [4] * 6 + [3] * 2
+    calc = [sum(activation_bytes_calculated("resnet18", trainer.stages[s], r) for r in rows[:n])
+            for s, n in enumerate(want)]
+    assert f["stage_activation_bytes"] == f["stage_activation_bytes_predicted"] == calc
+    assert f["activation_bytes_source"].startswith("calculation")
+    assert {x["step"] for x in trainer.spans} == {2}, "only the last step's spans are kept"
+    assert set(trainer.spans[0]) == {"lane", "name", "cat", "start", "end", "micro_batch", "step"}
+    for s in range(k):
+        mine = [x for x in trainer.spans if x["lane"] == f"stage {s} (cpu:{s})"]
+        assert [x["name"] for x in mine if x["cat"] in ("forward", "backward")] == [
+            f"{kind}{m}" for kind, m in stage_ops(schedule, k, s, M)]
+        sends = [f"send act {m}" if kind == "F" else f"send grad {m}"
+                 for kind, m in stage_ops(schedule, k, s, M)
+                 if (kind == "F" and s < k - 1) or (kind == "B" and s > 0)]
+        assert [x["name"] for x in mine if x["cat"] == "handover"] == sends
+        assert mine[-1]["name"] == "sgd" and mine[-1]["micro_batch"] is None
+        assert all(a["end"] <= b["start"] for a, b in zip(mine, mine[1:]))
+    record = json.loads(json.dumps(f["pipeline_spans"]))
+    assert record["lanes"] == [f"stage {s} (cpu:{s})" for s in range(k)] and record["step"] == 2
+    assert len(record["spans"]) == len(trainer.spans) and record["spans"][0][:4] == [0, "F0", "forward", 0]
+    assert 0 <= record["spans"][0][4] <= record["spans"][-1][5] <= record["wall"]
+
+
+def test_1f1b_check_holds_and_fails_on_planted_bugs(monkeypatch):
+    """The conformance check model_mode_1f1b_equals_gpipe, run on the toy backend: it
+    holds as the loop is, and fails with a 1F1B that drops a micro-batch's backward, and
+    with `first` (the gradient sums' start) given at GPipe's first backward, micro-batch
+    M-1, which is 1F1B's last. A 1F1B run stage after stage (a backward before the next
+    stage handed its gradient back) is refused when the trainer is built."""
+    from tests.conformance import model_mode_1f1b_equals_gpipe
+    model_mode_1f1b_equals_gpipe(Toy(), "lenet")
+    with monkeypatch.context() as m:
+        ops = pipeline.stage_ops
+        m.setattr(pipeline, "stage_ops", lambda schedule, k, s, M: [
+            op for op in ops(schedule, k, s, M) if schedule == "gpipe" or op != ("B", M - 1)])
+        with pytest.raises(AssertionError, match="1F1B vs GPipe"):
+            model_mode_1f1b_equals_gpipe(Toy(), "lenet")
+    with monkeypatch.context() as m:
+        backward = Toy.stage_backward
+        calls = {}
+
+        def at_gpipes_first(self, replica, tape, grad, first):
+            n = calls[id(replica)] = calls.get(id(replica), -1) + 1
+            return backward(self, replica, tape, grad, n % 4 == 3)
+        m.setattr(Toy, "stage_backward", at_gpipes_first)
+        with pytest.raises(AssertionError, match="1F1B vs GPipe"):
+            model_mode_1f1b_equals_gpipe(Toy(), "lenet")
+    with monkeypatch.context() as m:
+        m.setattr(pipeline, "serial_order", lambda schedule, k, M: [
+            (s, *op) for s in range(k) for op in stage_ops(schedule, k, s, M)])
+        with pytest.raises(ValueError, match=r"stage 0 runs B\d before stage 1's B\d handed it over"):
+            model_mode_1f1b_equals_gpipe(Toy(), "lenet")
+
+
+def test_report_draws_the_schedule_from_the_spans(tmp_path):
+    """A model-mode record carries its last step's spans: the report's pipeline table
+    shows the schedule, the tapes held against the formula and their bytes, and
+    plots() draws each stage's spans (one file per framework, model and stage count)."""
+    records = []
+    for schedule in SCHEDULES:
+        trainer = _toy_trainer("lenet", 2, 4, schedule)
+        trainer.step(*_images(16))
+        r = _record("model", 2, 4.0, **trainer.figures())
+        r["step_losses"] = [1.0]
+        records.append(r)
+    assert records[1]["stage_peak_micro_batches"] == [2, 1]
+    rows = report.summarize([_record("native", 1, 2.0), *records])
+    text = report.markdown_report(rows, records, "cmd")
+    section = text[text.index("## Model mode (pipeline)"):]
+    assert re.search(r"\|\s+1f1b\s+\|", section) and "2/1 (2/1)" in section and "4/4 (4/4)" in section
+    assert "calc." in section
+    written = report.plots(records, tmp_path)
+    assert tmp_path / "schedule-lenet-pytorch-2stages.png" in written
+    assert (tmp_path / "schedule-lenet-pytorch-2stages.png").stat().st_size > 10_000
+    assert report.step_bubble(records[0]["pipeline_spans"]) == pytest.approx(
+        1 - sum(x[5] - x[4] for x in records[0]["pipeline_spans"]["spans"] if x[2] != "handover")
+        / (2 * records[0]["pipeline_spans"]["wall"]))
