@@ -1,12 +1,15 @@
 """The contract's checks (tests/conformance.py), one test per framework, check and
 model, each framework in a process of its own. A check whose capability the
 framework lists as a known gap shows as skipped with the gap's reason."""
+import json
+
 import numpy as np
 import pytest
 
 from common import models
+from common.facts import registry
 from tests.conformance import check_ids
-from tests.conftest import covered
+from tests.conftest import covered, run_python
 
 
 @pytest.mark.parametrize("check", check_ids(models.NAMES))
@@ -101,3 +104,45 @@ def test_gradient_check_fails_on_a_wrong_small_gradient():
         _close("the old comparison", planted[i], want[i], 5e-2, largest)
         with pytest.raises(AssertionError, match=f"d loss / d {what}"):
             _grads_close(model, planted, want, tol)
+
+
+# The 1F1B check (model_mode_1f1b_equals_gpipe) with its planted bugs
+# (tests/test_pipeline.py's PLANTED_1F1B) on a framework's stages: one framework is
+# enough (the loop is the same for all), the cheapest start-up of those whose gradient
+# sums start at `first` (MXNet; else TensorFlow or JAX).
+FIRST_KEEPERS = [f for f in ("mxnet", "tensorflow", "jax") if f in covered()
+                 and not registry.gap(f, "model")][:1]
+PLANTED_1F1B_RUN = """
+import json, sys
+from common.facts import registry
+from tests.conformance import model_mode_1f1b_equals_gpipe
+from tests.test_pipeline import PLANTED_1F1B
+b = registry.get(sys.argv[1])
+b.setup(cpu_devices=2, threads=1)
+def outcome():
+    try:
+        model_mode_1f1b_equals_gpipe(b, "lenet")
+        return "passed"
+    except AssertionError as e:
+        return f"failed: {e}"
+results = {"none": outcome()}
+for name, plant in PLANTED_1F1B.items():
+    undo = plant()
+    results[name] = outcome()
+    undo()
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.parametrize("framework", FIRST_KEEPERS)
+def test_1f1b_check_fails_on_planted_bugs_in_a_framework(framework):
+    """The check holds on the framework's stages and fails, on the parameters, with a 1F1B
+    that drops micro-batch M-1's backward and with `first` given at GPipe's first
+    backward (1F1B's last)."""
+    proc = run_python(["-c", PLANTED_1F1B_RUN, framework])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert results["none"] == "passed", results["none"]
+    for plant in ("dropped backward", "first at GPipe's"):
+        assert results[plant].startswith("failed: M=4: ") and "1F1B vs GPipe" in results[plant], (
+            plant, results[plant])

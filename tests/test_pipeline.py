@@ -15,8 +15,9 @@ from common.core.contract import NotApplicable
 from common.core.modes import MODES
 from common.core import pipeline
 from common.core.pipeline import (SCHEDULES, PipelineTrainer, activation_bytes_calculated,
-                                  bytes_between_stages, check_order, gpipe_bubble,
-                                  in_flight_predicted, serial_order, stage_ops, stages)
+                                  bytes_between_stages, check_order, check_rendezvous,
+                                  gpipe_bubble, in_flight_predicted, rank_ops, serial_order,
+                                  stage_ops, stages, with_handovers)
 from common.core.plan import RunConfig
 from common.results.record import RECORD_KEYS, new_record
 from tests.conftest import usage_error
@@ -160,6 +161,34 @@ def test_check_order_fails_on_planted_orders():
         check_order(serial_order("1f1b", k, M), "gpipe", k, M)
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_process_per_stage_never_waits_forever(schedule):
+    """Each stage's process runs its ops and hand-overs (rank_ops) with sends that wait
+    for their receive, as Paddle's gloo send does: every process finishes, and every
+    receive gets the micro-batch it names, for 1 to 6 stages and M = 1 to 9."""
+    for k in range(1, 7):
+        for M in range(1, 10):
+            lists = [rank_ops(schedule, k, s, M) for s in range(k)]
+            check_rendezvous(lists)
+            for s, ops in enumerate(lists):
+                assert [op[1:] for op in ops if op[1] in ("F", "B")] == stage_ops(schedule, k, s, M)
+
+
+def test_rendezvous_check_fails_on_planted_hand_overs():
+    """Planted: 1F1B's forward sends its activation before it receives the gradient the
+    next backward takes (what Paddle's run did before rank_ops, and timed out: each stage
+    waits in a send for the other's receive); a stage that receives its micro-batches in
+    another order than its peer sends them."""
+    k, M = 2, 4
+    eager = [with_handovers([(s, *op) for op in stage_ops("1f1b", k, s, M)], k) for s in range(k)]
+    with pytest.raises(ValueError, match="stage 0 at send act 1; stage 1 at send grad 0"):
+        check_rendezvous(eager)
+    lists = [rank_ops("gpipe", k, s, M) for s in range(k)]
+    lists[1][0], lists[1][3] = lists[1][3], lists[1][0]     # stage 1 receives act 1 first
+    with pytest.raises(ValueError, match="stage 1 receives act 1 where stage 0 sends act 0"):
+        check_rendezvous(lists)
+
+
 # --- the loop on a toy backend ---
 
 class Toy:
@@ -265,35 +294,65 @@ def test_the_loop_counts_tapes_and_keeps_the_last_steps_spans(schedule):
     assert 0 <= record["spans"][0][4] <= record["spans"][-1][5] <= record["wall"]
 
 
-def test_1f1b_check_holds_and_fails_on_planted_bugs(monkeypatch):
-    """The conformance check model_mode_1f1b_equals_gpipe, run on the toy backend: it
-    holds as the loop is, and fails with a 1F1B that drops a micro-batch's backward, and
-    with `first` (the gradient sums' start) given at GPipe's first backward, micro-batch
-    M-1, which is 1F1B's last. A 1F1B run stage after stage (a backward before the next
-    stage handed its gradient back) is refused when the trainer is built."""
+# Planted bugs for the 1F1B check (conformance's model_mode_1f1b_equals_gpipe), each a
+# function that plants it in this process and returns what undoes it: here on the toy
+# backend, in tests/test_conformance.py on a framework's.
+def plant_dropped_backward():
+    """A 1F1B whose stages never run micro-batch M-1's backward."""
+    ops = pipeline.stage_ops
+    pipeline.stage_ops = lambda schedule, k, s, M: [
+        op for op in ops(schedule, k, s, M) if schedule == "gpipe" or op != ("B", M - 1)]
+    return lambda: setattr(pipeline, "stage_ops", ops)
+
+
+def plant_first_at_gpipes():
+    """1F1B telling stage_backward that its first backward is GPipe's, micro-batch M-1
+    (1F1B's last), where the gradient sums start from zero."""
+    step = pipeline.PipelineTrainer.step
+
+    def planted(self, X, y):
+        if self.schedule == "gpipe":
+            return step(self, X, y)
+        backward, calls = self.backend.stage_backward, {}
+
+        def at_gpipes_first(replica, tape, grad, first):
+            n = calls[id(replica)] = calls.get(id(replica), -1) + 1
+            return backward(replica, tape, grad, n == self.M - 1)
+        self.backend.stage_backward = at_gpipes_first
+        try:
+            return step(self, X, y)
+        finally:
+            del self.backend.stage_backward
+    pipeline.PipelineTrainer.step = planted
+    return lambda: setattr(pipeline.PipelineTrainer, "step", step)
+
+
+PLANTED_1F1B = {"dropped backward": plant_dropped_backward, "first at GPipe's": plant_first_at_gpipes}
+
+
+@pytest.mark.parametrize("plant", PLANTED_1F1B)
+def test_1f1b_check_holds_and_fails_on_planted_bugs(plant):
+    """The conformance check model_mode_1f1b_equals_gpipe, run on the toy backend (whose
+    gradient sums start at `first`): it holds as the loop is, and fails with the bug
+    planted."""
     from tests.conformance import model_mode_1f1b_equals_gpipe
     model_mode_1f1b_equals_gpipe(Toy(), "lenet")
-    with monkeypatch.context() as m:
-        ops = pipeline.stage_ops
-        m.setattr(pipeline, "stage_ops", lambda schedule, k, s, M: [
-            op for op in ops(schedule, k, s, M) if schedule == "gpipe" or op != ("B", M - 1)])
+    undo = PLANTED_1F1B[plant]()
+    try:
         with pytest.raises(AssertionError, match="1F1B vs GPipe"):
             model_mode_1f1b_equals_gpipe(Toy(), "lenet")
-    with monkeypatch.context() as m:
-        backward = Toy.stage_backward
-        calls = {}
+    finally:
+        undo()
 
-        def at_gpipes_first(self, replica, tape, grad, first):
-            n = calls[id(replica)] = calls.get(id(replica), -1) + 1
-            return backward(self, replica, tape, grad, n % 4 == 3)
-        m.setattr(Toy, "stage_backward", at_gpipes_first)
-        with pytest.raises(AssertionError, match="1F1B vs GPipe"):
-            model_mode_1f1b_equals_gpipe(Toy(), "lenet")
-    with monkeypatch.context() as m:
-        m.setattr(pipeline, "serial_order", lambda schedule, k, M: [
-            (s, *op) for s in range(k) for op in stage_ops(schedule, k, s, M)])
-        with pytest.raises(ValueError, match=r"stage 0 runs B\d before stage 1's B\d handed it over"):
-            model_mode_1f1b_equals_gpipe(Toy(), "lenet")
+
+def test_1f1b_run_stage_after_stage_is_refused(monkeypatch):
+    """A 1F1B run in one process stage after stage (a backward before the next stage
+    handed its gradient back) is refused when the trainer is built."""
+    from tests.conformance import model_mode_1f1b_equals_gpipe
+    monkeypatch.setattr(pipeline, "serial_order", lambda schedule, k, M: [
+        (s, *op) for s in range(k) for op in stage_ops(schedule, k, s, M)])
+    with pytest.raises(ValueError, match=r"stage 0 runs B\d before stage 1's B\d handed it over"):
+        model_mode_1f1b_equals_gpipe(Toy(), "lenet")
 
 
 def test_report_draws_the_schedule_from_the_spans(tmp_path):

@@ -332,6 +332,36 @@ def test_model_mode_step_losses_agree_across_frameworks(worker_record, model):
                GLOROT_LOSS_ATOL if MODEL_RUNS[model].get("init") == "glorot" else None)
 
 
+@pytest.mark.parametrize("framework", [f for f in covered() if registry.facts(f).native_processes])
+def test_model_mode_1f1b_with_a_process_per_stage(worker_record, framework):
+    """1F1B through the worker, each rank running its own stage's ops (a recv waits, a
+    send does not; the stages' in-process order is held to GPipe's in
+    tests/conformance.py): LeNet, M = 4, the same step losses and final parameters as
+    native x1; each stage held min(k-s, M) micro-batches' tapes at once (2, 1), counted;
+    rank 0's record carries both ranks' spans of the last step, each stage's forwards and
+    backwards in 1F1B's order."""
+    from common.core.pipeline import stage_ops
+    record = worker_record(framework, "model", 2, "lenet", schedule="1f1b", **MODEL_RUNS["lenet"])
+    gap = registry.KNOWN_GAPS.get((framework, "model"))
+    if gap:
+        assert record["status"] == "not-applicable" and record["error"] == gap, record["error"]
+        return
+    _ok(record)
+    assert record["schedule"] == "1f1b"
+    assert record["processes"] == (2 if record["device_kind"] == "cpu" else 1)
+    one = _ok(worker_record(framework, "native", 1, "lenet", **GLOROT))
+    _agree(record["step_losses"], one["step_losses"], "lenet", "(1F1B, 2 stages vs native x1)",
+           GLOROT_LOSS_ATOL)
+    _same_params(record["param_fingerprint"], one["param_fingerprint"], "1F1B, 2 stages vs native x1")
+    assert record["stage_peak_micro_batches"] == record["stage_peak_micro_batches_predicted"] == [2, 1]
+    spans = record["pipeline_spans"]
+    assert len(spans["lanes"]) == 2
+    for s in range(2):
+        ran = [x[1] for x in spans["spans"] if x[0] == s and x[2] in ("forward", "backward")]
+        assert ran == [f"{kind}{m}" for kind, m in stage_ops("1f1b", 2, s, 4)], (s, ran)
+    assert all(0 <= x[4] <= x[5] for x in spans["spans"])
+
+
 # A planted bug, in every process of the run (a sitecustomize module on the path): the
 # gradient a stage hands back to the one before it arrives as zeros.
 ZERO_GRADIENT_BACK = """

@@ -22,8 +22,9 @@ MXNet's CPU contexts, TensorFlow's logical CPU devices; PyTorch and Paddle stage
 may also share cpu:0), handed over with to_device, and run one after another in an
 order where every input is ready (serial_order); else one process per stage
 (PyTorch and Paddle on a CPU, started by common.launch.launcher), each running its
-own stage's ops with send/recv (a recv waits, a send does not). InProcess or
-Processes hands activations and gradients over.
+own stage's ops with send/recv (rank_ops: a recv waits, and a send may wait for its
+receive, so 1F1B's sends are ordered so that no two stages wait for each other).
+InProcess or Processes hands activations and gradients over.
 
 Each stage's busy time (its forwards, backwards and SGD; the device synchronised
 around each), the hand-over time and the step's wall time give the measured bubble:
@@ -153,6 +154,66 @@ def check_order(order: Sequence[tuple[int, str, int]], schedule: str, k: int, M:
         seen.add(tuple(op))
 
 
+def with_handovers(ops: Sequence[tuple[int, str, int]], k: int,
+                   next_stage: Sequence[tuple[str, int]] | None = None) -> list[tuple[int, str, int]]:
+    """(stage, kind, m) forwards and backwards with their hand-overs: ("recv act", m)
+    before a forward and ("send act", m) after it, ("recv grad", m) before a backward and
+    ("send grad", m) after it (none before the first stage or after the last).
+
+    With `next_stage` (the next stage's stage_ops: one stage's ops, run by a process of
+    its own), a forward's "send act" goes after the "recv grad" of the backward that
+    follows it where the next stage sends that gradient before it takes this activation
+    (1F1B's steady state): a send may wait until its peer receives (Paddle's gloo send
+    does), and then neither waits for the other (check_rendezvous)."""
+    out, held = [], None
+    for i, (s, kind, m) in enumerate(ops):
+        if kind == "F":
+            out += [(s, "recv act", m)] * (s > 0) + [(s, "F", m)]
+            after = ops[i + 1] if i + 1 < len(ops) else None
+            if (s < k - 1 and next_stage and after and after[1] == "B"
+                    and next_stage.index(("B", after[2])) < next_stage.index(("F", m))):
+                held = (s, "send act", m)
+            elif s < k - 1:
+                out.append((s, "send act", m))
+        else:
+            out += [(s, "recv grad", m)] * (s < k - 1) + [held] * (held is not None)
+            out += [(s, "B", m)] + [(s, "send grad", m)] * (s > 0)
+            held = None
+    return out
+
+
+def rank_ops(schedule: str, k: int, s: int, M: int) -> list[tuple[int, str, int]]:
+    """What the process of stage s runs, in order, where each stage has one."""
+    return with_handovers([(s, kind, m) for kind, m in stage_ops(schedule, k, s, M)], k,
+                          stage_ops(schedule, k, s + 1, M) if s < k - 1 else None)
+
+
+def check_rendezvous(lists: Sequence[Sequence[tuple[int, str, int]]]) -> None:
+    """Raise ValueError unless the stages' processes, each running its list (rank_ops)
+    with sends that wait for their receive, all finish, and every receive gets the
+    micro-batch it names (send/recv pair up in order between two ranks, unnamed)."""
+    pos, k = [0] * len(lists), len(lists)
+    while any(pos[s] < len(lists[s]) for s in range(k)):
+        moved = False
+        for s in range(k):
+            while pos[s] < len(lists[s]) and lists[s][pos[s]][1] in ("F", "B"):
+                pos[s], moved = pos[s] + 1, True
+            if pos[s] == len(lists[s]) or not lists[s][pos[s]][1].startswith("send"):
+                continue
+            _, kind, m = lists[s][pos[s]]
+            peer = s + 1 if kind == "send act" else s - 1
+            theirs = lists[peer][pos[peer]] if pos[peer] < len(lists[peer]) else None
+            if theirs is not None and theirs[1] == "recv" + kind[4:]:     # from stage s
+                if theirs[2] != m:
+                    raise ValueError(f"stage {peer} receives {kind[5:]} {theirs[2]} where "
+                                     f"stage {s} sends {kind[5:]} {m}")
+                pos[s], pos[peer], moved = pos[s] + 1, pos[peer] + 1, True
+        if not moved:
+            raise ValueError("the stages' processes wait for each other: " + "; ".join(
+                f"stage {s} at {lists[s][pos[s]][1]} {lists[s][pos[s]][2]}"
+                for s in range(k) if pos[s] < len(lists[s])))
+
+
 def bytes_between_stages(stage_list: Sequence[Stage], batch: int) -> list[int]:
     """Bytes sent across each stage boundary per step: the activations forward and
     their gradients back, float32, for the whole batch (all micro-batches)."""
@@ -177,9 +238,10 @@ class InProcess:
 
 
 class Processes:
-    """Hand-over between stages in processes of their own: the backend's send/recv.
-    Sends do not block the stage (it goes on with the next micro-batch); wait() at the
-    end of the step waits until every one has gone."""
+    """Hand-over between stages in processes of their own: the backend's send/recv. A
+    send starts and the stage goes on (PyTorch's gloo isend returns at once; Paddle's
+    returns once the peer receives, which rank_ops orders for); wait() at the end of
+    the step waits until every one has gone."""
 
     def __init__(self, backend: Backend, devices: dict[int, str]):
         self.b, self.devices, self.pending = backend, devices, []
@@ -241,11 +303,16 @@ class PipelineTrainer(Trainer):
         self.replicas = {s: backend.stage_replica(params, state, self.devices[s], model, self.stages[s])
                          for s in self.local}
         self.params0 = [np.asarray(p) for p in params]
-        # the ops this process runs, in its order: every stage's (one process) or its own
-        self.order = (serial_order(schedule, k, micro_batches) if world == 1 else
-                      [(rank, kind, m) for kind, m in stage_ops(schedule, k, rank, micro_batches)])
+        # what this process runs, in order: every stage's ops (one process), or its own
+        # stage's with sends that may wait for their receive (checked for every rank)
         if world == 1:
-            check_order(self.order, schedule, k, micro_batches)
+            order = serial_order(schedule, k, micro_batches)
+            check_order(order, schedule, k, micro_batches)
+            self.ops = with_handovers(order, k)
+        else:
+            lists = [rank_ops(schedule, k, s, micro_batches) for s in range(k)]
+            check_rendezvous(lists)
+            self.ops = lists[rank]
         self.batch, self.bounds, self.steps = None, None, 0
         self.tape_bytes: dict[tuple[int, int], int] = {}     # (stage, rows) -> one tape's bytes
         self.tape_bytes_by = None                            # measured by what (None: calculated)
@@ -304,12 +371,24 @@ class PipelineTrainer(Trainer):
         held, held_bytes, started = dict.fromkeys(self.local, 0), dict.fromkeys(self.local, 0), set()
         self.spans = []                         # the last step's only: memory stays bounded
         self.step_start = start = self._clock()
-        for s, kind, m in self.order:
+        inputs, outs = {}, {}       # received and to be sent, by (stage, kind, m)
+        for s, op, m in self.ops:
             lo, hi = bounds[m]
             r = self.replicas[s]
-            if kind == "F":
-                x = (b.tensor(X[lo:hi], r.device) if s == 0
-                     else self.link.recv(s, s - 1, ("act", m), self._in_shape(s, hi - lo)))
+            if op == "recv act":
+                inputs[s, "act", m] = self.link.recv(s, s - 1, ("act", m), self._in_shape(s, hi - lo))
+            elif op == "recv grad":
+                inputs[s, "grad", m] = self.link.recv(s, s + 1, ("grad", m),
+                                                      self._in_shape(s + 1, hi - lo))
+            elif op.startswith("send"):
+                kind = op[5:]
+                t = self._clock()
+                self.link.send(outs.pop((s, kind, m)), s, s + 1 if kind == "act" else s - 1, (kind, m))
+                t1 = self._clock()
+                hand += t1 - t
+                self._span(s, op, t, t1, m)
+            elif op == "F":
+                x = b.tensor(X[lo:hi], r.device) if s == 0 else inputs.pop((s, "act", m))
                 labels = b.tensor(y[lo:hi], r.device) if s == last else None
                 t = self._clock()
                 out, tapes[s, m] = self._forward(s, r, x, labels, hi - lo)
@@ -323,14 +402,9 @@ class PipelineTrainer(Trainer):
                 if s == last:
                     losses.append(out)
                 else:
-                    t = self._clock()
-                    self.link.send(out, s, s + 1, ("act", m))
-                    t1 = self._clock()
-                    hand += t1 - t
-                    self._span(s, "send act", t, t1, m)
+                    outs[s, "act", m] = out
             else:
-                grad = (None if s == last else
-                        self.link.recv(s, s + 1, ("grad", m), self._in_shape(s + 1, hi - lo)))
+                grad = None if s == last else inputs.pop((s, "grad", m))
                 t = self._clock()
                 # `first`: this stage's first backward of the step (GPipe's is M-1, 1F1B's
                 # 0), which starts the gradient sums from zero where the backend keeps them
@@ -342,11 +416,7 @@ class PipelineTrainer(Trainer):
                 held[s] -= 1
                 held_bytes[s] -= self.tape_bytes[s, hi - lo]
                 if s > 0:
-                    t = self._clock()
-                    self.link.send(g_in, s, s - 1, ("grad", m))
-                    t1 = self._clock()
-                    hand += t1 - t
-                    self._span(s, "send grad", t, t1, m)
+                    outs[s, "grad", m] = g_in
         for s in self.local:                                  # one SGD step on the summed gradients
             t = self._clock()
             b.stage_sgd(self.replicas[s], self.lr / len(X))
