@@ -1,21 +1,25 @@
 """Model mode's benchmark: `python -m benchmarks.pipeline [--framework all] [--out DIR]`.
 
 For LeNet and ResNet-18: each framework's native 1-device step against its model
-mode on 2 stages with M = 1, 4, 8 micro-batches, and against model mode on 1 stage
-(M = 1: the whole model on one device, the same arithmetic as the pipeline's: the
-summed loss backpropagated, SGD scaled after). Each run is a worker process of its
-own (benchmarks.worker, as compare runs it), 2 epochs of a few steps on synthetic
-data, the second epoch timed (the first pays the kernels' warm-up of every
+mode on 2 stages (and 4, ResNet-18 only: LeNet has two units) with M = 1, 4, 8
+micro-batches, GPipe's schedule and 1F1B's, and against model mode on 1 stage (M = 1:
+the whole model on one device, the same arithmetic as the pipeline's: the summed loss
+backpropagated, SGD scaled after). Per run: the step time, the measured bubble against
+(k-1)/(M+k-1), and per stage the micro-batches whose activations it held at once
+(counted; GPipe M, 1F1B min(k-s, M) by the formula) and their bytes (measured where
+the framework tells what its tape keeps, else calculated). Each run is a worker
+process of its own (benchmarks.worker, as compare runs it), 2 epochs of a few steps on
+synthetic data, the second epoch timed (the first pays the kernels' warm-up of every
 micro-batch shape); --rounds N runs everything N times, interleaved, and reports the
-median and range. Also the per-unit cost of ResNet-18 measured by the pipeline itself (one
-stage per unit, busy seconds per stage) against the multiply-adds the cuts are
-balanced on. Writes the records and report.md to --out (default
+median and range. Also the per-unit cost of ResNet-18 measured by the pipeline itself
+(one stage per unit, busy seconds per stage) against the multiply-adds the cuts are
+balanced on. Writes the records, report.md and each configuration's measured schedule
+(schedule-*.png, the last round's last step) to --out (default
 results/pipeline-<time>). A benchmark, not a test: nothing is asserted.
 --probe-engines only says whether the frameworks' own pipeline engines
 (torch.distributed.pipelining, Paddle's fleet PipelineParallel) run here."""
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import os
@@ -30,23 +34,27 @@ import numpy as np
 
 from common import models
 from common.facts import registry
-from common.core.pipeline import PipelineTrainer
+from common.core.pipeline import SCHEDULES, PipelineTrainer
 from common.core.plan import RunConfig
 from common.facts.machine import env_info
 from common.launch import launcher
+from common.reports.runs import schedule_plots
 
+from .cli import Parser, UsageError, int_list, names
 from .runner import run_config, worker_env
 from .worker import QUIET_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 MICRO_BATCHES = (1, 4, 8)
+STAGES = (2, 4)
 # per model: batch, steps per epoch (2 epochs, the second timed)
 SHAPE = {"lenet": (256, 20), "resnet18": (32, 3)}
 
 
 def record_of(cfg: RunConfig, out: Path, timeout: int, rnd: int) -> dict:
     """The record of one configuration: run in a worker, or the one --out already holds."""
-    name = f"{cfg.model}-{cfg.framework}-{cfg.mode}-{cfg.devices}dev-m{cfg.micro_batches}-r{rnd}.json"
+    name = (f"{cfg.model}-{cfg.framework}-{cfg.mode}-{cfg.devices}dev-m{cfg.micro_batches}"
+            f"{'-' + cfg.schedule if cfg.mode == 'model' else ''}-r{rnd}.json")
     path = out / name
     if path.exists() and json.loads(path.read_text()).get("status") == "ok":
         return json.loads(path.read_text())
@@ -101,7 +109,7 @@ def _cut(model: str, costs, k: int = 2) -> list[str]:
 
 def report(records: list[dict], units: dict, env: dict, load: tuple, command: str,
            wall: float) -> str:
-    lines = [f"# Model mode (pipeline) against the native 1-device step", "",
+    lines = ["# Model mode (pipeline) against the native 1-device step", "",
              f"Command: `{command}` ({wall / 60:.1f} min)", "",
              f"Machine: {env['cpu_model']} ({env['cpu_count']} CPUs, `lscpu`), GPU: "
              f"{env.get('gpu_model') or 'none'}; load average {load[0]} before, {load[1]} after "
@@ -110,36 +118,48 @@ def report(records: list[dict], units: dict, env: dict, load: tuple, command: st
     for model in dict.fromkeys(r["model"] for r in records):
         batch, steps = SHAPE[model]
         rows = [r for r in records if r["model"] == model]
-        lines += [f"## {model}: batch {batch}, 2 stages, {steps} steps per epoch, the second "
-                  "epoch timed; s/step: the median of the rounds (their range)", "",
-                  "| framework | native x1 s/step | 1 stage s/step | M | 2 stages s/step | vs native | "
-                  "vs 1 stage | stage 0 s | stage 1 s | hand-over s | MB/step | bubble | GPipe bubble | "
-                  "processes |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"## {model}: batch {batch}, {steps} steps per epoch, the second epoch timed; "
+                  "s/step: the median of the rounds (their range)", "",
+                  "| framework | native x1 s/step | 1 stage s/step | stages | schedule | M | "
+                  "pipeline s/step | vs native | vs 1 stage | stage s | hand-over s | MB/step | "
+                  "bubble | (k-1)/(M+k-1) | held (formula) | activation MB (formula) | processes |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for fw in dict.fromkeys(r["framework"] for r in rows):
-            def runs(mode, devices, M=1):
+            def runs(mode, devices, M=1, schedule=None):
                 return [r for r in rows if r["framework"] == fw and r["mode"] == mode
-                        and r["devices"] == devices and r.get("micro_batches", 1) == M]
+                        and r["devices"] == devices and r.get("micro_batches", 1) == M
+                        and (schedule is None or (r.get("schedule") or "gpipe") == schedule)]
             base, one = median(runs("native", 1), step_sec), median(runs("model", 1), step_sec)
-            for M in MICRO_BATCHES:
-                rs = runs("model", 2, M)
+            for k, schedule, M in dict.fromkeys((r["devices"], r.get("schedule") or "gpipe",
+                                                 r["micro_batches"])
+                                                for r in rows if r["framework"] == fw
+                                                and r["mode"] == "model" and r["devices"] > 1):
+                rs = runs("model", k, M, schedule)
                 sec = median(rs, step_sec)
+                lead = f"| {fw} | {_f(base)} | {_f(one)} | {k} | {schedule} | {M} |"
                 if sec is None:
                     bad = next((r for r in rs if r.get("status") != "ok"), {})
-                    lines.append(f"| {fw} | {_f(base)} | {_f(one)} | {M} | {bad.get('status')}: "
-                                 f"{(bad.get('error') or '')[:80]} | | | | | | | | | |")
+                    lines.append(f"{lead} {bad.get('status')}: {(bad.get('error') or '')[:80]} "
+                                 "| | | | | | | | | | |")
                     continue
                 r = next(r for r in rs if r.get("status") == "ok")
+                calc = " calc." if (r.get("activation_bytes_source") or "").startswith("calculation") else ""
                 lines.append(
-                    f"| {fw} | {_f(base)} | {_f(one)} | {M} | {_f(sec)} ({spread(rs)}) | "
+                    f"{lead} {_f(sec)} ({spread(rs)}) | "
                     f"{_f(base / sec if base else None, 2)} | {_f(one / sec if one else None, 2)} | "
-                    f"{_f(median(rs, lambda r: r['stage_sec'][0]))} | "
-                    f"{_f(median(rs, lambda r: r['stage_sec'][1]))} | "
+                    + "/".join(_f(median(rs, lambda r, s=s: r["stage_sec"][s])) for s in range(k)) + " | "
                     f"{_f(median(rs, lambda r: r['handover_sec']), 4)} | "
                     f"{sum(r['bytes_between_stages']) / 1e6:.2f} | "
                     f"{_f(median(rs, lambda r: r['bubble']), 2)} | {r['bubble_gpipe']:.2f} | "
+                    f"{_slash(r.get('stage_peak_micro_batches'))} "
+                    f"({_slash(r.get('stage_peak_micro_batches_predicted'))}) | "
+                    f"{_slash(r.get('stage_activation_bytes'), 1e6)} "
+                    f"({_slash(r.get('stage_activation_bytes_predicted'), 1e6)}){calc} | "
                     f"{r['processes']} |")
-        lines.append("")
+        sources = dict.fromkeys(f"{r['framework']}: {r['activation_bytes_source']}" for r in rows
+                                if r.get("activation_bytes_source"))
+        lines += ["", "Activation bytes per stage at its peak (the micro-batches held x each one's "
+                      "tape): " + "; ".join(sources) + ".", ""]
     if units:
         m = models.get("resnet18")
         macs = m.UNIT_COST
@@ -178,10 +198,24 @@ def _f(x, digits=3):
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.pipeline", description=__doc__.split("\n\n")[0])
+def _slash(values, scale=None) -> str:
+    """Per-stage figures as a/b/c (in millions with a scale)."""
+    if not values:
+        return "-"
+    return "/".join(f"{v / scale:.2f}" if scale else str(v) for v in values)
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="python -m benchmarks.pipeline", description=__doc__.split("\n\n")[0])
     p.add_argument("--framework", default="all")
     p.add_argument("--model", default="lenet,resnet18")
+    p.add_argument("--schedules", default=",".join(SCHEDULES),
+                   help="the pipeline schedules to run: " + ", ".join(SCHEDULES))
+    p.add_argument("--stages", type=int_list("--stages", "stage counts like 2,4", "must be 2 or more"),
+                   default=list(STAGES), help="stage counts (LeNet: 2 at most; ResNet-18: up to 10)")
+    p.add_argument("--micro-batches", type=int_list("--micro-batches", "counts like 1,4,8",
+                                                    "must be 1 or more"),
+                   default=list(MICRO_BATCHES), help="micro-batch counts")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--timeout", type=int, default=1800)
     p.add_argument("--out", default=None)
@@ -196,7 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     p = build_parser()
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+        schedules = names(args.schedules, SCHEDULES, "schedules")
+        model_names = names(args.model, models.NAMES, "model")
+        if args.stages[0] < 2:
+            raise UsageError(f"--stages {args.stages[0]}: a pipeline has 2 stages or more")
+    except UsageError as e:
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 2
     if args.probe_engines:
         probe_engines()
         return 0
@@ -210,22 +252,28 @@ def main(argv=None) -> int:
     start, load0 = time.time(), os.getloadavg()[0]
     records = []
     for rnd in range(1, args.rounds + 1):
-        for model in args.model.split(","):
+        for model in model_names:
             batch, steps = SHAPE[model]
+            # LeNet has two units: 2 stages at most
+            ks = [k for k in args.stages if k <= len(models.get(model).UNITS)]
             for fw in frameworks:
                 shared = dict(framework=fw, model=model, dataset="synthetic", epochs=2,
                               batch_size=batch, lr=0.1, steps_per_epoch=steps, eval_samples=64,
                               threads=args.threads)
                 for cfg in [RunConfig(mode="native", devices=1, **shared),
                             RunConfig(mode="model", devices=1, **shared)] + [
-                        RunConfig(mode="model", devices=2, micro_batches=m, **shared)
-                        for m in MICRO_BATCHES]:
+                        RunConfig(mode="model", devices=k, micro_batches=m, schedule=schedule, **shared)
+                        for k in ks for schedule in schedules for m in args.micro_batches]:
                     records.append(record_of(cfg, out, args.timeout, rnd))
                     r = records[-1]
-                    print(f"round {rnd} {model} {fw} {cfg.mode} x{cfg.devices} M={cfg.micro_batches}: "
+                    print(f"round {rnd} {model} {fw} {cfg.mode} x{cfg.devices} M={cfg.micro_batches}"
+                          f"{' ' + cfg.schedule if cfg.mode == 'model' and cfg.devices > 1 else ''}: "
                           f"{r['status']} {_f(step_sec(r))} s/step", flush=True)
+    # the measured schedules of the last round (one panel per schedule and M)
+    last = [r for r in records[-len(records) // args.rounds:] if r.get("mode") == "model"]
+    schedule_plots(last, out)
     units = {}
-    if "resnet18" in args.model and "pytorch" in frameworks:
+    if "resnet18" in model_names and "pytorch" in frameworks:
         proc = subprocess.run([sys.executable, "-m", "benchmarks.pipeline", "--measure-units", "pytorch",
                                "--threads", str(args.threads)], cwd=ROOT, env=worker_env(args.threads),
                               capture_output=True, text=True, timeout=args.timeout)
