@@ -270,7 +270,8 @@ def main(argv=None) -> int:
                           f"{' ' + cfg.schedule if cfg.mode == 'model' and cfg.devices > 1 else ''}: "
                           f"{r['status']} {_f(step_sec(r))} s/step", flush=True)
     # the measured schedules of the last round (one panel per schedule and M)
-    last = [r for r in records[-len(records) // args.rounds:] if r.get("mode") == "model"]
+    last = [r for r in records[-len(records) // args.rounds:]
+            if r.get("mode") == "model" and r.get("devices", 1) > 1]
     schedule_plots(last, out)
     units = {}
     if "resnet18" in model_names and "pytorch" in frameworks:
