@@ -129,13 +129,16 @@ def test_the_gate_against_the_history(tmp_path, capsys, past, after, last, code,
 
 
 def test_the_gate_takes_neither_the_folders_own_runs_nor_another_machine(tmp_path, capsys):
-    path = _history(tmp_path, [("c1", 1.0)])
-    elsewhere = _folder(tmp_path / "gpu", [_record(secs=(0.1,), env={**ENV, "gpu_model": "H100"})])
+    path = _history(tmp_path, [("old", 1.0)])
+    elsewhere = _folder(tmp_path / "gpu", [_record(secs=(0.1,), env={**ENV, "gpu_model": "H100",
+                                                                      "commit": "gpu"})])
     assert report.main([str(elsewhere), "--append-history", str(path)]) == 0
-    folder = _folder(tmp_path / "new", [_record(secs=(1.0,), warmup_sec=3.0)])
+    folder = _folder(tmp_path / "new", [_record(secs=(1.0,), warmup_sec=3.0,
+                                                env={**ENV, "commit": "new"})])
     assert report.main([str(folder), "--append-history", str(path)]) == 0
     code, out, err = _main([folder, "--against-history", path, "--fail-on-slower"], capsys)
-    assert code == 0 and "within noise" in out and "c1" in out, out + err   # not itself, not the GPU
+    # against the run before it: not itself, not the GPU's
+    assert code == 0 and "within noise" in out and "1 run(s): old" in out, out + err
     only = _folder(tmp_path / "only", [_record(secs=(2.0,), env={**ENV, "cpu_model": "CPU Y"})])
     code, _, err = _main([only, "--against-history", path], capsys)
     assert code == 2 and "has a baseline" in err and len(err.strip().splitlines()) == 1
