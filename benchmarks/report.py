@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from common.reports import export, history, runs as report
-from common.results.record import RecordError, load_records, record_filename
+from common.results.record import RecordError, load_records, read_record
 
 from .cli import COMMAND_FILE, Parser, UsageError, positive, recorded_command
 
@@ -153,8 +153,9 @@ def _main(argv=None) -> int:
 
 
 def _record_paths(folder: Path, records: list[dict]) -> list[Path]:
-    """Each record's file in the folder (compare names them by record_filename)."""
-    return [folder / record_filename(r) for r in records]
+    """Each record's file in the folder, whatever its name (matched by content)."""
+    files = {history.run_id(read_record(p)): p for p in folder.glob("*dev.json")}
+    return [files[history.run_id(r)] for r in records]
 
 
 def _console() -> Console:
