@@ -143,6 +143,11 @@ def build_parser() -> Parser:
     p.add_argument("--join-timeout", type=positive_float, default=RUN_DEFAULTS["join_timeout"],
                    metavar="S", help="a run fails when a node has not joined within S seconds, "
                                      "or a joined one shows no progress for S seconds")
+    p.add_argument("--trace", action="store_true",
+                   help="write each run's timeline (steps per process, evaluation, warm-up, "
+                        "all-reduce, pipeline stages) as a Chrome trace beside its record, "
+                        "for Perfetto or chrome://tracing; the device is then synchronised "
+                        "after every step, which perturbs the times")
     p.add_argument("--repeat", type=positive, default=1,
                    help="runs of every configuration, each in a fresh process, interleaved "
                         "across frameworks; the table shows their median and spread")
@@ -408,6 +413,10 @@ def run_one(cfg: RunConfig, out: Path, rep: int, timeout: int, advance, estimate
     record, done = run_config(cfg.to_dict(), out_path, timeout, log_path, on_line, stop,
                               read=read_record)
     if record is not None:
+        if record.get("trace"):             # the timeline goes beside the record
+            timeline = out / f"{stem}{'' if rep == 1 else f'-r{rep}'}.trace.json"
+            os.replace(out_path.parent / record["trace"]["file"], timeline)
+            record["trace"]["file"] = timeline.name
         return record
     record = new_record(cfg)
     record["env"] = env_info()

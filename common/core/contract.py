@@ -310,6 +310,10 @@ class Backend(ABC):
     def add(self, values: list, device: str) -> Any:
         """The sum of framework scalars from several devices, on `device`."""
 
+    # the executions in which bind_train_batch traces the whole of train_batch into one
+    # program, whose Python runs once: a traced run cannot clock its all-reduce apart
+    whole_step_executions: tuple[str, ...] = ()
+
     def bind_train_batch(self, train_batch: Callable, replicas: list[Replica],
                          devices: Sequence[str], lr: float, execution: str) -> Callable:
         """The chapter's train_batch (common/core/scratch.py passes it in) bound to one replica

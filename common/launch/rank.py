@@ -23,6 +23,7 @@ from common.core.modes import MODES  # noqa: E402
 from common.core.plan import RunConfig  # noqa: E402
 from common.facts import data as data_mod, registry  # noqa: E402
 from common.launch import launcher, progress  # noqa: E402
+from common.results import trace  # noqa: E402
 
 
 def rank_main(cfg: RunConfig, result_path: Path, tell: bool = True) -> None:
@@ -50,6 +51,11 @@ def rank_main(cfg: RunConfig, result_path: Path, tell: bool = True) -> None:
                        evaluate=first or mode.every_rank_predicts,
                        on_estimate=progress.estimate_printer() if tells else progress.silent,
                        on_evaluated=progress.say(progress.EVALUATED) if tells else progress.silent)
+        timeline = result.pop("timeline", None)
+        if timeline is not None:     # every rank its own events (pid = rank), merged by run
+            trace.write_part(Path(result_path).parent, rank.rank, trace.process_events(
+                timeline["spans"], timeline["origin"], rank.rank,
+                f"rank {rank.rank}: {', '.join(devices)}"))
         if first:
             result["device_names"] = (devices if held > 1 else [
                 backend.rank_device(launcher.RankInfo(r, rank.world_size, r,

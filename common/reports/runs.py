@@ -143,6 +143,8 @@ def summarize(records: list[dict]) -> list[dict]:
         planned, done = r.get("repeat_planned") or 1, len(t["runs"])
         if 0 < done < planned:
             note = f"{done} of {planned} repeats" + ("; " + note if note else "")
+        if r.get("trace"):
+            note = "traced: times perturbed" + ("; " + note if note else "")
         if t["noisy"]:
             note = (f"noisy: repeats spread {t['spread']:.0%} > {NOISE_THRESHOLD:.0%}"
                     + ("; " + note if note else ""))

@@ -33,8 +33,9 @@ RECORD_KEYS = (
     # simulated node's sec/epoch (--launcher local)
     "nodes", "node_rank", "launcher", "cluster_launcher", "world_size", "servers",
     "node_sec_per_epoch",
-    # how it ended, and where
-    "status", "error", "traceback", "env",
+    # how it ended, and where; with --trace, the timeline's file and what tracing does
+    # to the times (common/results/trace.py)
+    "status", "error", "traceback", "env", "trace",
 )
 # Keys that benchmarks.compare adds to a worker's record: the figures of every
 # repeat (--repeat), and how many were planned.
