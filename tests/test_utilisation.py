@@ -223,6 +223,18 @@ def test_the_report_shows_the_utilisation_columns():
     section = text.split("## Utilisation and memory per device", 1)[1]
     assert "a made-up peak" in section and "made-up memory" in section
     assert "3 x the forward pass" in section and "1.96 sd / sqrt(n)" in section
+    # the terminal's table, within 80 columns: the GFLOP per sample in its title
+    import io
+    from rich.console import Console
+    from common.reports import utilisation as util_report
+    buf = io.StringIO()
+    Console(file=buf, width=80, color_system=None).print(
+        util_report.table(util_report.rows(report.summarize(records), records)))
+    lines = buf.getvalue().splitlines()
+    assert "GFLOP/sample: lenet 0.0135" in lines[0] and max(len(line) for line in lines) <= 80
+    for header in ("img/s", "+-95%", "GFLOP/s", "MFU", "peak MB"):
+        assert header in buf.getvalue(), header
+    assert f"+-{(hi - lo) / 2:,.0f}" in buf.getvalue() and f"{achieved / 50e9:.1%}" in buf.getvalue()
 
 
 # --- a real comparison ---

@@ -16,10 +16,9 @@ from common.results.utilisation import interval95
 
 COLUMNS = ("framework", "model", "mode", "execution", "devices", "GFLOP/sample", "samples/s/dev",
            "95% interval", "GFLOP/s/dev", "peak GFLOP/s/dev", "MFU", "peak MB/dev")
-SHORT = {"execution": "exec", "devices": "dev", "GFLOP/sample": "GFLOP/\nsample",
-         "samples/s/dev": "img/s\n/dev", "95% interval": "95%\ninterval",
-         "GFLOP/s/dev": "GFLOP/s\n/dev", "peak GFLOP/s/dev": "peak\nGFLOP/s", "MFU": "MFU",
-         "peak MB/dev": "peak MB\n/dev"}
+SHORT = {"execution": "exec", "devices": "dev", "samples/s/dev": "img/s\n/dev",
+         "+-95%": "+-95%\nof mean", "GFLOP/s/dev": "GFLOP/s\n/dev", "peak GFLOP/s/dev": "peak\nGFLOP/s",
+         "peak MB/dev": "peak MB\nmax/dev"}
 
 
 # what a record written before these figures existed gets instead of its reasons
@@ -74,19 +73,45 @@ def _cell(key: str, value) -> str:
     return str(value)
 
 
+# the terminal's columns, within 80: the GFLOP per sample goes in the title, the interval
+# as its half-width about the mean, memory as the largest device's
+TERMINAL = ("framework", "mode", "execution", "devices", "samples/s/dev", "+-95%", "GFLOP/s/dev",
+            "peak GFLOP/s/dev", "MFU", "peak MB/dev")
+
+
 def table(util_rows: list[dict], markdown: bool = False) -> Table | None:
     if not util_rows:
         return None
-    t = (Table(box=box.MARKDOWN) if markdown else
-         Table(title="utilisation and memory per device", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0),
-               pad_edge=False, show_edge=False))
-    columns = COLUMNS if markdown else tuple(c for c in COLUMNS if c != "model")
-    for c in columns:
-        t.add_column(c if markdown else SHORT.get(c, c),
+    if markdown:
+        t, columns = Table(box=box.MARKDOWN), COLUMNS
+        cells = [[_cell(c, row[c]) for c in columns] for row in util_rows]
+    else:
+        gflop = ", ".join(f"{row['model']} {row['GFLOP/sample']:.4g}"
+                          for row in {row["model"]: row for row in util_rows}.values())
+        t = Table(title=f"per device (GFLOP/sample: {gflop})", box=box.SIMPLE_HEAD, padding=0,
+                  pad_edge=False, show_edge=False)
+        # as the main table: no column without a value in any row, no padding
+        columns = tuple(c for c in TERMINAL if c not in ("+-95%", "peak GFLOP/s/dev", "MFU",
+                                                         "peak MB/dev")
+                        or any(_terminal_cell(c, row) != "-" for row in util_rows))
+        cells = [[_terminal_cell(c, row) for c in columns] for row in util_rows]
+    for i, c in enumerate(columns):
+        header = c if markdown else SHORT.get(c, c)
+        width = max([len(line) for line in header.splitlines()] + [len(r[i]) for r in cells])
+        t.add_column(header, no_wrap=True, min_width=width,
                      justify="left" if c in ("framework", "model", "mode", "execution") else "right")
-    for row in util_rows:
-        t.add_row(*(Text(_cell(c, row[c])) for c in columns))
+    for r in cells:
+        t.add_row(*(Text(x) for x in r))
     return t
+
+
+def _terminal_cell(key: str, row: dict) -> str:
+    if key == "+-95%":
+        lo_hi = row["95% interval"]
+        return "-" if lo_hi is None else "+-" + _cell("samples/s/dev", (lo_hi[1] - lo_hi[0]) / 2)
+    if key == "peak MB/dev":
+        return "-" if not row[key] else f"{max(row[key]):,.0f}"
+    return _cell(key, row[key])
 
 
 def _label(row: dict) -> str:
@@ -116,7 +141,7 @@ def definitions(util_rows: list[dict]) -> list[str]:
         "interval: of the mean over the repeats' samples/s per device, mean +- 1.96 sd / "
         "sqrt(n) (the normal approximation, narrower than Student's t with few repeats), "
         + (f"over the {repeats} repeats" if repeats > 1 else "'-' with one repeat (--repeat N)")
-        + ".",
+        + " (on the terminal its half-width, +-, about the mean; report.md gives the interval).",
         "GFLOP/s/dev: GFLOP/sample x samples/s/dev, the achieved rate. MFU (model FLOPs "
         "utilisation): GFLOP/s/dev over the device's peak, peak GFLOP/s: "
         + "; ".join(_grouped(util_rows, "peak source") or ["none known"]) + ".",
@@ -125,8 +150,9 @@ def definitions(util_rows: list[dict]) -> list[str]:
     if missing:
         lines.append("MFU '-': " + "; ".join(missing) + ".")
     lines.append("peak MB/dev: each device's peak memory during the run, in device order: "
-                 + "; ".join(_grouped(util_rows, "memory source")) + ". (peak MB in the table "
-                 "above: the largest device's allocator peak on GPUs, else the process's max RSS.)")
+                 + "; ".join(_grouped(util_rows, "memory source")) + " (on the terminal the "
+                 "largest device's). peak MB in the table above keeps its meaning: the largest "
+                 "device's allocator peak on GPUs, else the process's max RSS.")
     return lines
 
 

@@ -70,7 +70,11 @@ def device_peak(backend, device: str) -> tuple[float | None, str]:
     on a CPU (None, why): a run does not measure the CPU's peak, compare does."""
     if not device.startswith("gpu"):
         return None, NO_CPU_PEAK
-    return peaks.gpu_peak(backend.gpu_model(device), backend.float32_math())
+    try:                # a figure of the run, never a reason for the run to fail
+        name, math_ = backend.gpu_model(device), backend.float32_math()
+    except Exception as e:  # noqa: BLE001
+        return None, f"the framework could not name its GPU or float32 math ({type(e).__name__}: {e})"
+    return peaks.gpu_peak(name, math_)
 
 
 def fill(record: dict, peak: float | None, peak_text: str) -> dict:
