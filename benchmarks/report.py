@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from common.reports import export, history, runs as report
+from common.reports import export, history, runs as report, utilisation
 from common.results.record import RecordError, load_records, read_record
 
 from .cli import COMMAND_FILE, Parser, UsageError, positive, recorded_command
@@ -38,6 +38,11 @@ def render(out: Path, command: str, console: Console, plots: bool = True,
         console.print(line, highlight=False, markup=False)
     for line in report.definitions(rows, records):
         console.print(line, highlight=False, markup=False, style="dim")
+    util_rows = utilisation.rows(rows, records)
+    if util_rows:
+        console.print(utilisation.table(util_rows))
+        for line in utilisation.definitions(util_rows):
+            console.print(line, highlight=False, markup=False, style="dim")
     pipeline = report.pipeline_table(rows)
     if pipeline is not None:
         console.print(pipeline)

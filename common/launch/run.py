@@ -21,7 +21,7 @@ from common.facts import data as data_mod, registry
 from common.facts.machine import env_info, framework_version
 from common.launch import launcher, nodes, progress
 from common.launch.rank import _rank_main
-from common.results import trace
+from common.results import trace, utilisation
 from common.results.record import mark_not_installed, new_record
 
 
@@ -87,6 +87,7 @@ def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> d
                                 env={"OMP_NUM_THREADS": str(threads)}, cores=cores)
                 result = json.loads(path.read_text())
                 parts = trace.read_parts(tmp)
+                memory = utilisation.combine_ranks(_rank_memory(Path(tmp)))
             record["device_names"] = result.pop("device_names")
             peak = result.pop("peak_memory_mb_device")
         else:
@@ -102,7 +103,10 @@ def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> d
             timeline = result.pop("timeline", None)
             parts = [trace.process_events(timeline["spans"], timeline["origin"], 0,
                                           f"process 0: {', '.join(devices)}")] if timeline else []
-        _finish(record, result, backend.facts, processes, peak)
+            memory = utilisation.memory_per_device(devices, backend.device_peak_memory_mb(),
+                                                   utilisation.own_rss_mb())
+            result["peak_flops_device"] = utilisation.device_peak(backend, devices[0])
+        _finish(record, result, backend.facts, processes, peak, memory)
         _write_trace(record, trace_path, parts)
         if gap:
             record.update(status="failed", error=f"listed as a known gap ({gap}) but it ran; "
@@ -110,9 +114,15 @@ def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> d
     return record
 
 
+def _rank_memory(folder: Path) -> list[dict]:
+    """What each rank wrote of its memory (common.launch.rank) into a run's folder."""
+    return [json.loads(p.read_text()) for p in folder.glob("memory-rank*.json")]
+
+
 def _finish(record: dict, result: dict, facts: registry.Framework, processes: int,
-            peak: float | None) -> None:
+            peak: float | None, memory: tuple[list | None, str]) -> None:
     """A record completed from a finished run's result."""
+    flops_peak, flops_text = result.pop("peak_flops_device")
     record.update(result)
     record["device_kind"] = record["device_names"][0].split(":")[0]
     record["processes"] = processes
@@ -120,6 +130,8 @@ def _finish(record: dict, result: dict, facts: registry.Framework, processes: in
     record["execution_mechanism"] = facts.executions.get(record["execution"])
     record["peak_memory_mb"] = peak if peak is not None else _max_rss_mb()
     record["peak_memory_source"] = "device allocator" if peak is not None else "process max RSS"
+    record["peak_memory_mb_per_device"], record["peak_memory_per_device_source"] = memory
+    utilisation.fill(record, flops_peak, flops_text)
     record["status"] = "ok"
     if record.get("diverged_step") is not None:
         record.update(status="diverged", error=(
@@ -178,10 +190,11 @@ def _run_nodes(cfg: RunConfig, record: dict, mode, tell: bool, trace_path: Path 
         with tempfile.TemporaryDirectory(prefix="dl-compare-nodes-") as tmp:
             results = nodes.run(cfg, cluster, Path(tmp), say, cores)
             parts = trace.read_parts(tmp)      # this machine's ranks
+            memory = utilisation.combine_ranks(_rank_memory(Path(tmp)))
         result = results[0]
         record["node_sec_per_epoch"] = [r["sec_per_epoch"] for r in results]
         record["device_names"] = result.pop("device_names")
         peak = result.pop("peak_memory_mb_device")
-        _finish(record, result, facts, result["world_size"], peak)
+        _finish(record, result, facts, result["world_size"], peak, memory)
         _write_trace(record, trace_path, parts)
     return record

@@ -17,7 +17,8 @@ from common.results.record import COMPARE_KEYS, RECORD_KEYS
 NOT_SCALAR = ("device_names", "cpu_affinity", "sec_per_epoch", "steps_per_epoch", "eval_sec",
               "test_accuracy_per_epoch", "train_loss", "step_losses", "param_fingerprint",
               "stages", "stage_devices", "stage_sec", "bytes_between_stages",
-              "node_sec_per_epoch", "traceback", "env", "trace", "repeats")
+              "node_sec_per_epoch", "traceback", "env", "trace", "repeats",
+              "peak_memory_mb_per_device")
 RECORD_COLUMNS = tuple(k for k in (*RECORD_KEYS, *COMPARE_KEYS) if k not in NOT_SCALAR)
 
 

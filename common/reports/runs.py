@@ -17,6 +17,7 @@ from rich.text import Text
 from common.core import modes
 from common.facts import registry
 from common.facts.registry import NAMES
+from common.reports import utilisation
 from common.results.record import ok_repeats
 
 
@@ -312,6 +313,7 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
            else "") + ".", "",
         buf.getvalue().strip(), "",
         *[f"- {line}" for line in definitions(rows, records)], "",
+        *utilisation.markdown_section(rows, records),
         *_pipeline_section(rows)])
 
 

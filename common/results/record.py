@@ -25,6 +25,12 @@ RECORD_KEYS = (
     "step_losses", "param_fingerprint", "peak_memory_mb", "peak_memory_source", "diverged_step",
     "last_finite_loss",
     "target_accuracy", "epochs_to_target", "sec_to_target",
+    # FLOPs, utilisation and memory per device (common/results/utilisation.py): the model's
+    # training FLOPs per sample (counted), achieved FLOP/s per device, the device's peak and
+    # what it is, MFU (None, with mfu_note saying why, where no peak is known)
+    "flops_per_sample", "samples_per_sec_per_device", "flops_per_sec_per_device",
+    "peak_flops_per_device", "peak_flops_source", "mfu", "mfu_note",
+    "peak_memory_mb_per_device", "peak_memory_per_device_source",
     # model mode (the pipeline, common/core/pipeline.py); None in the other modes but micro_batches
     "micro_batches", "stages", "stage_devices", "stage_sec", "handover_sec",
     "bytes_between_stages", "bubble", "bubble_gpipe",
