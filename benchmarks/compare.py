@@ -29,8 +29,10 @@ from common import models
 from common.core.modes import MODES
 from common.core.pipeline import SCHEDULES
 from common.core.plan import RunConfig
+from common.experiments import gemm
 from common.facts.machine import env_info, gpu_count
 from common.launch import progress as progress_lines
+from common.results import utilisation
 from common.results.record import (FAILED, REPEAT_KEYS, RecordError, mark_not_installed, new_record,
                                    ok_repeats, read_record, record_filename, write_atomic)
 
@@ -49,6 +51,10 @@ PLAN_FILE = "comparison.json"      # what a results folder was asked to hold (fo
 # virtual devices share the same cores (ideal speed-up 1).
 DEFAULT_EPOCHS = 2
 CPU_DEFAULT_DEVICES = [1]
+# The CPU peak's product (--peak-gemm-size): measured here on 1 and 2 threads, n = 2048
+# reached 84-88 GFLOP/s against 92-94 at benchmarks.speed's 4096 (within the machine's
+# noise) in an eighth of the time (about 1 s of products; 3 s with torch's import)
+PEAK_GEMM_SIZE = 2048
 # Across machines, the modes run unless --mode names others: each framework's engine
 CLUSTER_MODES = "native"
 # what each option shared by every run means when it is not given (and when a stored
@@ -147,9 +153,19 @@ def build_parser() -> Parser:
     p.add_argument("--join-timeout", type=positive_float, default=RUN_DEFAULTS["join_timeout"],
                    metavar="S", help="a run fails when a node has not joined within S seconds, "
                                      "or a joined one shows no progress for S seconds")
+    p.add_argument("--trace", action="store_true",
+                   help="write each run's timeline (steps per process, evaluation, warm-up, "
+                        "all-reduce, pipeline stages) as a Chrome trace beside its record, "
+                        "for Perfetto or chrome://tracing; the device is then synchronised "
+                        "after every step, which perturbs the times")
     p.add_argument("--repeat", type=positive, default=1,
                    help="runs of every configuration, each in a fresh process, interleaved "
                         "across frameworks; the table shows their median and spread")
+    p.add_argument("--peak-gemm-size", type=non_negative, default=PEAK_GEMM_SIZE, metavar="N",
+                   help="the CPU peak of the utilisation (MFU) figures: an N x N float32 "
+                        "product, measured once before the workers with a device's threads "
+                        "and kept in the results folder (cpu_peak.json); 0: not measured, "
+                        "MFU on the CPU left out")
     p.add_argument("--timeout", type=positive, default=3600, help="seconds allowed per run")
     p.add_argument("--out", default=None, help="results folder (default: results/<time>)")
     p.add_argument("--resume", default=None, metavar="DIR",
@@ -413,6 +429,10 @@ def run_one(cfg: RunConfig, out: Path, rep: int, timeout: int, advance, estimate
     record, done = run_config(cfg.to_dict(), out_path, timeout, log_path, on_line, stop,
                               read=read_record)
     if record is not None:
+        if record.get("trace"):             # the timeline goes beside the record
+            timeline = out / f"{stem}{'' if rep == 1 else f'-r{rep}'}.trace.json"
+            os.replace(out_path.parent / record["trace"]["file"], timeline)
+            record["trace"]["file"] = timeline.name
         return record
     record = new_record(cfg)
     record["env"] = env_info()
@@ -427,8 +447,16 @@ def run_one(cfg: RunConfig, out: Path, rep: int, timeout: int, advance, estimate
     return record
 
 
+def with_cpu_peak(record: dict, cpu_gemm: dict) -> dict:
+    """A worker's record of a run on the CPU, its utilisation figures against the CPU peak
+    measured by this comparison (a worker does not measure it)."""
+    if record["status"] in ("ok", "diverged") and record.get("device_kind") == "cpu":
+        utilisation.fill(record, *utilisation.cpu_peak(record, cpu_gemm))
+    return record
+
+
 def run_plan(plan: Plan, out: Path, args, progress: Progress, stop: Interrupts,
-             resume: bool) -> dict:
+             resume: bool, cpu_gemm: dict | None = None) -> dict:
     """Run every configuration plan.repeat times, repeats interleaved across frameworks
     (all configurations once, then all again), each in a fresh process, so a slow drift
     of the machine hits every framework alike. With resume, what --out already holds
@@ -461,8 +489,9 @@ def run_plan(plan: Plan, out: Path, args, progress: Progress, stop: Interrupts,
                     progress.console.print(
                         f"{label}: about {seconds * epochs / 60:.1f} min for {epochs} epoch(s), "
                         "estimated from a timed warm-up step", highlight=False, markup=False)
-            new = run_one(cfg, out, rep, args.timeout, lambda t=task: progress.advance(t),
-                          estimated, stop)
+            new = with_cpu_peak(run_one(cfg, out, rep, args.timeout,
+                                        lambda t=task: progress.advance(t), estimated, stop),
+                                cpu_gemm or {})
             records[name] = merge_repeat(previous, new, plan.repeat)
             write_atomic(out / name, records[name])
             progress.update(task, status=new["status"])
@@ -501,8 +530,16 @@ def _compare(args, argv: list[str], plan: Plan, out: Path, stop: Interrupts) -> 
     shown = err if args.json else Console(width=None if sys.stdout.isatty() else 140)
     columns = (TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[status]}"))
+    # the CPU's peak, before any worker starts (the machine otherwise idle): once per
+    # comparison with a device's threads (its own cores under --cores-per-device), kept
+    # in the folder for a --resume
+    cpu_gemm = ({"error": "the CPU peak was not measured (--peak-gemm-size 0)"}
+                if not args.peak_gemm_size else
+                gemm.cpu_peak(out, plan.run["cores_per_device"] or plan.run["threads"],
+                              args.peak_gemm_size))
     with Progress(*columns, console=err, transient=False) as progress:
-        records = run_plan(plan, out, args, progress, stop, resume=bool(args.resume))
+        records = run_plan(plan, out, args, progress, stop, resume=bool(args.resume),
+                           cpu_gemm=cpu_gemm)
     if stop.signum:
         err.print(f"{signal.Signals(stop.signum).name}: stopped; the report covers the runs that "
                   f"finished. Finish with: python -m benchmarks.compare --resume {out}",

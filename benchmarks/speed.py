@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,38 +22,12 @@ from rich.console import Console
 from rich.table import Table
 
 from common import models
+from common.experiments.gemm import GEMM_SIZE, gemm_rate
 from common.facts.registry import EXECUTIONS
 from common.reports.runs import machine_lines, timing
 from common.results.record import RecordError, load_records
 
 from .cli import Parser, UsageError, positive
-from .worker import thread_env
-
-GEMM_SIZE = 4096
-# measured in a fresh process: the best of a few products after a warm-up, so that
-# neither thread start-up nor a scheduler hiccup sets the rate
-_GEMM = r"""
-import json, sys, time
-n, reps = int(sys.argv[1]), 5
-try:
-    import torch
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    run, lib = (lambda: torch.mm(a, b)), f"torch {torch.__version__} sgemm"
-except ImportError:
-    import numpy as np
-    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32); b = a.copy()
-    run, lib = (lambda: a @ b), f"numpy {np.__version__} BLAS"
-run()
-best = min((lambda t: (run(), time.perf_counter() - t)[1])(time.perf_counter()) for _ in range(reps))
-print(json.dumps({"gflops": 2 * n ** 3 / best / 1e9, "library": lib}))
-"""
-
-
-def gemm_rate(threads: int, size: int = GEMM_SIZE) -> dict:
-    env = {**os.environ, **thread_env(threads)}
-    out = subprocess.run([sys.executable, "-c", _GEMM, str(size)], capture_output=True,
-                         text=True, env=env, check=True, timeout=600)
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def rows(records: list[dict], floor_sec: dict) -> list[dict]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 from common.core.plan import RunConfig  # the facts table alone: no NumPy yet
 from common.launch.launcher import thread_env  # noqa: F401 - the benchmarks' commands take it from here
@@ -26,7 +27,8 @@ def main(argv: list[str]) -> int:
     # of common) and the frameworks size their thread pools at import
     from common.launch.run import run
     from common.results.record import write_atomic
-    record = run(cfg, tell=True)
+    # a traced run's timeline beside its record (compare moves both into place)
+    record = run(cfg, tell=True, trace_path=Path(out_path).with_suffix(".trace.json"))
     write_atomic(out_path, record)
     return 0
 

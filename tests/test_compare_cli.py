@@ -90,7 +90,7 @@ def test_a_crashing_framework_leaves_the_others_intact(tmp_path):
     proc = run_python(["-m", "benchmarks.compare", "--framework", f"{crashing},{surviving}",
                        "--mode", "scratch", "--devices", "1", "--dataset", "synthetic",
                        "--steps-per-epoch", "3", "--epochs", "1", "--out", str(out), "--json",
-                       "--no-plots"], extra_path=str(fake))
+                       "--no-plots", "--peak-gemm-size", "0"], extra_path=str(fake))
     assert proc.returncode == 1, proc.stderr[-2000:]
     records = json.loads(proc.stdout)               # stdout holds the JSON and nothing else
     by_name = {r["framework"]: r for r in records}
@@ -107,7 +107,7 @@ def test_a_crashing_framework_leaves_the_others_intact(tmp_path):
 def test_report_renders_a_results_folder_again(tmp_path):
     proc = run_python(["-m", "benchmarks.compare", "--framework", covered()[0], "--mode", "scratch",
                        "--devices", "1", "--dataset", "synthetic", "--steps-per-epoch", "2",
-                       "--out", str(tmp_path), "--no-plots"])
+                       "--out", str(tmp_path), "--no-plots", "--peak-gemm-size", "0"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     first = (tmp_path / "report.md").read_text()
     (tmp_path / "report.md").unlink()
@@ -141,7 +141,8 @@ def test_an_exploding_loss_is_diverged_not_ok(tmp_path):
     framework = next(f for f in covered() if (f, "scratch") not in registry.KNOWN_GAPS)
     proc = run_python(["-m", "benchmarks.compare", "--framework", framework, "--mode", "scratch",
                        "--devices", "1", "--dataset", "synthetic", "--steps-per-epoch", "10",
-                       "--lr", "1000", "--out", str(tmp_path), "--json", "--no-plots"])
+                       "--lr", "1000", "--out", str(tmp_path), "--json", "--no-plots",
+                       "--peak-gemm-size", "0"])
     assert proc.returncode == 1, proc.stderr[-2000:]
     record = json.loads(proc.stdout)[0]
     assert record["status"] == "diverged", record["error"]
@@ -155,7 +156,7 @@ def test_sigint_stops_the_comparison_and_keeps_what_finished(tmp_path):
     out = tmp_path / "out"
     interrupt(["-m", "benchmarks.compare", "--framework", framework, "--mode", "native",
                "--devices", "1,2", "--dataset", "synthetic", "--epochs", "50", "--out", str(out),
-               "--no-plots"], out, ready=lambda: bool(list(out.glob("logs/*.log"))),
+               "--no-plots", "--peak-gemm-size", "0"], out, ready=lambda: bool(list(out.glob("logs/*.log"))),
               settle=5)                           # the worker is training by then
     records = [json.loads(p.read_text()) for p in out.glob("*dev.json")]
     assert [r["status"] for r in records] == ["interrupted"], records
@@ -180,7 +181,8 @@ def test_comparing_folders_flags_a_slowdown(tmp_path):
     first = tmp_path / "a"
     proc = run_python(["-m", "benchmarks.compare", "--framework", covered()[0], "--mode", "scratch",
                        "--devices", "1", "--dataset", "synthetic", "--steps-per-epoch", "2",
-                       "--epochs", "1", "--out", str(first), "--no-plots"])
+                       "--epochs", "1", "--out", str(first), "--no-plots",
+                       "--peak-gemm-size", "0"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     import shutil
     same, slow = tmp_path / "same", tmp_path / "slow"
@@ -222,7 +224,8 @@ def test_a_framework_without_an_execution_says_so(tmp_path):
     out = tmp_path / "out"
     proc = run_python(["-m", "benchmarks.compare", "--framework", "pytorch", "--mode", "scratch",
                        "--execution", "graph", "--dataset", "synthetic", "--steps-per-epoch", "2",
-                       "--eval-samples", "100", "--no-plots", "--out", str(out)])
+                       "--eval-samples", "100", "--no-plots", "--out", str(out),
+                       "--peak-gemm-size", "0"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((out / "pytorch-scratch-graph-1dev.json").read_text())
     assert record["status"] == "not-applicable"
@@ -265,7 +268,7 @@ def test_cores_per_device_pins_each_device_to_its_own_cores(tmp_path):
     proc = run_python(["-m", "benchmarks.compare", "--framework", "pytorch", "--mode", "native",
                        "--devices", "1,2", "--cores-per-device", "1", "--dataset", "synthetic",
                        "--steps-per-epoch", "3", "--eval-samples", "100", "--no-plots",
-                       "--out", str(out)], threads=2)
+                       "--peak-gemm-size", "0", "--out", str(out)], threads=2)
     assert proc.returncode == 0, proc.stderr[-2000:]
     one, two = load_records(out)
     cores = sorted(os.sched_getaffinity(0))

@@ -13,8 +13,10 @@ from common.core.plan import RunConfig
 from common.results.record import COMPARE_KEYS, new_record, record_filename, write_atomic
 from tests.conftest import covered, run_python, usage_error
 
+# (--peak-gemm-size 0: no CPU peak measurement, which these checks do not read; it costs
+# a few seconds per comparison: tests/test_utilisation.py checks it)
 QUICK = ["--dataset", "synthetic", "--mode", "scratch", "--no-plots", "--epochs", "1",
-         "--steps-per-epoch", "2"]
+         "--steps-per-epoch", "2", "--peak-gemm-size", "0"]
 
 
 def fake_record(framework="pytorch", mode="scratch", devices=1, secs=(1.0,), status="ok",
@@ -103,13 +105,13 @@ def test_resume_reruns_exactly_the_missing_failed_and_interrupted(tmp_path, monk
                  plan)                                        # 4 devices: missing
     ok_before = (tmp_path / record_filename(ok)).read_text()
     calls = _fake_runs(monkeypatch)
-    assert compare.main(["--resume", str(tmp_path), "--no-plots"]) == 0
+    assert compare.main(["--resume", str(tmp_path), "--no-plots", "--peak-gemm-size", "0"]) == 0
     assert calls == [(2, 1), (3, 1), (4, 1)]
     assert (tmp_path / record_filename(ok)).read_text() == ok_before
     statuses = [json.loads((tmp_path / f"pytorch-scratch-{n}dev.json").read_text())["status"]
                 for n in (1, 2, 3, 4)]
     assert statuses == ["ok"] * 4
-    assert compare.main(["--resume", str(tmp_path), "--no-plots"]) == 0
+    assert compare.main(["--resume", str(tmp_path), "--no-plots", "--peak-gemm-size", "0"]) == 0
     assert len(calls) == 3                                    # nothing left to do
     assert "| pytorch" in (tmp_path / "report.md").read_text()
 

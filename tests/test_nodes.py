@@ -94,7 +94,8 @@ def _rank_processes(node: int) -> list[int]:
 def _compare(out: Path, *args) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "benchmarks.compare", "--dataset", "synthetic",
                              "--epochs", "20", "--eval-samples", "64", "--no-plots", "--out",
-                             str(out), "--join-timeout", str(JOIN_TIMEOUT), *args],
+                             str(out), "--join-timeout", str(JOIN_TIMEOUT),
+                             "--peak-gemm-size", "0", *args],
                             cwd=ROOT, env=subprocess_env(2), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -142,8 +143,9 @@ def test_ctrl_c_stops_every_process_of_every_node(tmp_path):
     ranks must still end with the run (common/launch/rank.py ties them to their parent)."""
     framework = covered()[0]
     interrupt(["-m", "benchmarks.compare", "--framework", framework, "--nodes", "2", "--launcher",
-               "local", "--dataset", "synthetic", "--epochs", "20", "--no-plots", "--out",
-               str(tmp_path)], tmp_path, ready=lambda: _rank_processes(1), settle=3)
+               "local", "--dataset", "synthetic", "--epochs", "20", "--no-plots",
+               "--peak-gemm-size", "0", "--out", str(tmp_path)], tmp_path,
+              ready=lambda: _rank_processes(1), settle=3)
     time.sleep(2)
     assert not _rank_processes(0) and not _rank_processes(1), "rank processes outlived the run"
 

@@ -88,10 +88,10 @@ def _ok(record):
 @pytest.mark.parametrize("model", models.NAMES)
 @pytest.mark.parametrize("framework", covered())
 def test_native_two_devices_matches_scratch(worker_record, framework, model):
-    """Without synchronised BatchNorm both modes normalise each shard on its own: the
-    same steps whatever the mode. LeNet has no BatchNorm: 2 devices on the batch are 1
-    device on it, so native and scratch x2 are each held to native x1 (from Glorot
-    weights: step losses and final parameters)."""
+    """Without synchronised BatchNorm each replica normalises its own shard: ResNet-18's
+    native x2 is the oracle run per shard. LeNet has no BatchNorm: 2 devices on the
+    batch are 1 device on it, so native and scratch x2 are each held to native x1 (from
+    Glorot weights: step losses and final parameters)."""
     lenet = model == "lenet"
     native = worker_record(framework, "native", 2, model, **(GLOROT if lenet else {}))
     gap = registry.gap(framework, "multi-device") or (
@@ -115,12 +115,10 @@ def test_native_two_devices_matches_scratch(worker_record, framework, model):
             _agree(run["step_losses"], one["step_losses"], model, f"({name} vs native x1)",
                    GLOROT_LOSS_ATOL)
             _same_params(run["param_fingerprint"], one["param_fingerprint"], f"{name} vs native x1")
-    elif has_scratch:
-        reference = _ok(worker_record(framework, "scratch", 2, model))
-        _agree(native["step_losses"][:10], reference["step_losses"][:10], model,
-               "(native vs scratch)")
     else:
-        # no scratch mode to compare with: against the oracle run per shard
+        # against the oracle run per shard, where scratch x2 is held too (in-process, in
+        # tests/conformance.py): a worker run of scratch x2 here would add a framework
+        # start-up per framework and no check
         _agree(native["step_losses"], _oracle(model, shards=2), model, "(native vs oracle per shard)")
 
 

@@ -218,8 +218,26 @@ class Backend(ABC):
     def synchronize(self) -> None:
         """Wait for all queued work on every device."""
 
+    def device_peak_memory_mb(self) -> dict[str, float]:
+        """The allocator's peak of each GPU of this process, by neutral name ({"gpu:0":
+        MB, ...}), where the framework counts it; {} on the CPU."""
+        return {}
+
     def peak_memory_mb(self) -> float | None:
-        """Peak device memory where the framework reports it (GPUs); None on the CPU."""
+        """Peak device memory where the framework reports it (GPUs): the largest of
+        device_peak_memory_mb; None on the CPU."""
+        peaks = self.device_peak_memory_mb()
+        return max(peaks.values()) if peaks else None
+
+    def gpu_model(self, device: str) -> str | None:
+        """The model of the GPU `device` as the framework names it (e.g. "NVIDIA H100
+        80GB HBM3"), for its vendor peak (common/facts/peaks.py); None where it does not say."""
+        return None
+
+    def float32_math(self) -> str | None:
+        """How float32 convolutions and matrix products run on this process's GPUs:
+        "tf32" where the framework lets them use TF32 tensor cores, "fp32" where it does
+        not; None where the framework does not say."""
         return None
 
     # --- processes: started by common.launch.launcher, joined here ---
@@ -309,6 +327,10 @@ class Backend(ABC):
     @abstractmethod
     def add(self, values: list, device: str) -> Any:
         """The sum of framework scalars from several devices, on `device`."""
+
+    # the executions in which bind_train_batch traces the whole of train_batch into one
+    # program, whose Python runs once: a traced run cannot clock its all-reduce apart
+    whole_step_executions: tuple[str, ...] = ()
 
     def bind_train_batch(self, train_batch: Callable, replicas: list[Replica],
                          devices: Sequence[str], lr: float, execution: str) -> Callable:

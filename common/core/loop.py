@@ -17,6 +17,11 @@ from common.facts import data as data_mod
 STEP_LOSSES_KEPT = 50
 
 
+# The lane of a traced run's timeline (common/results/trace.py) that the loop's own
+# spans go to: warm-up steps, epochs, the steps inside them, evaluations.
+LANE = "training loop"
+
+
 # A loss that grows past this many times the first step's counts as diverged.
 DIVERGENCE_FACTOR = 100.0
 
@@ -28,12 +33,36 @@ def divergence(losses: np.ndarray, first: float) -> int | None:
     return int(np.argmax(bad)) if bad.any() else None
 
 
+def _span(name: str, cat: str, start: float, end: float, **args) -> dict:
+    return {"lane": LANE, "name": name, "cat": cat, "start": start, "end": end, **args}
+
+
+class StepClock:
+    """A traced run's on_step: each step's span, from the previous step's end to the
+    device synchronised after this one (the synchronisation perturbs the run's times;
+    an untraced run never builds one)."""
+
+    def __init__(self, backend: Backend, spans: list, on_step: Callable[[], None]):
+        self.backend, self.spans, self.on_step, self.step = backend, spans, on_step, 0
+        self.last = time.perf_counter()
+
+    def __call__(self) -> None:
+        self.backend.synchronize()
+        end = time.perf_counter()
+        self.spans.append(_span(f"step {self.step}", "step", self.last, end, step=self.step))
+        self.step += 1
+        self.on_step()
+        self.last = time.perf_counter()       # the progress line is no step's time
+
+
 def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Dataset,
           on_step: Callable[[], None] = lambda: None, evaluate: bool = True,
           on_estimate: Callable[[float], None] = lambda s: None,
           on_evaluated: Callable[[], None] = lambda: None) -> dict:
     """Warm up, reset to the initial weights, then train and time cfg.epochs epochs.
-    The device is synchronised before every clock read."""
+    The device is synchronised before every clock read. With cfg.trace, the result's
+    "timeline" holds the spans (common/results/trace.py) and their common mark, the
+    start of the first timed epoch; the device is then synchronised after every step."""
     model = models.get(cfg.model)
     params0, state0 = model.init_params(cfg.seed, cfg.init), model.init_state()
     orders = [data_mod.batch_order(len(ds.X_train), cfg.batch_size, e, cfg.seed)
@@ -47,13 +76,17 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     # Its last step, timed alone, gives the estimate a user sees before a long run.
     warmup = orders[0][: cfg.warmup_steps]
     step_secs = []
+    spans = [] if cfg.trace else None
     backend.synchronize()
     t0 = time.perf_counter()
     for i in range(len(warmup)):
         t_step = time.perf_counter()
         trainer.losses(trainer.train_epoch(ds.X_train, ds.y_train, warmup[i:i + 1], lambda: None))
         backend.synchronize()
-        step_secs.append(time.perf_counter() - t_step)
+        end = time.perf_counter()
+        step_secs.append(end - t_step)
+        if spans is not None:        # the first one traces or compiles, where the execution does
+            spans.append(_span(f"warm-up step {i}", "warmup", t_step, end, execution=cfg.execution))
     out["warmup_sec"] = time.perf_counter() - t0
     if len(warmup):
         out["estimated_sec_per_epoch"] = step_secs[-1] * len(orders[0])
@@ -65,12 +98,20 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     trainer.load_params(params0, state0)
 
     done = 0
+    clock = StepClock(backend, spans, on_step) if spans is not None else None
+    origin = None                    # the timeline's common mark
     for order in orders:
         backend.synchronize()
         t0 = time.perf_counter()
-        handles = trainer.train_epoch(ds.X_train, ds.y_train, order, on_step)
+        if clock is not None:
+            clock.last = t0
+            origin = t0 if origin is None else origin
+        handles = trainer.train_epoch(ds.X_train, ds.y_train, order, clock or on_step)
         backend.synchronize()
-        out["sec_per_epoch"].append(time.perf_counter() - t0)
+        end = time.perf_counter()
+        out["sec_per_epoch"].append(end - t0)
+        if spans is not None:
+            spans.append(_span(f"epoch {len(out['sec_per_epoch'])}", "epoch", t0, end))
         losses = trainer.losses(handles)
         # Divergence ends the run at the end of the epoch it shows in (the losses are
         # read once per epoch, so that steps never wait for the host).
@@ -88,8 +129,11 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
             out["step_losses"] += [float(v) for v in losses[: STEP_LOSSES_KEPT - len(out["step_losses"])]]
         if evaluate:
             t0 = time.perf_counter()
-            pred = trainer.predict(X_test)
-            out["eval_sec"].append(time.perf_counter() - t0)
+            pred = trainer.predict(X_test)       # NumPy: the device is done
+            end = time.perf_counter()
+            out["eval_sec"].append(end - t0)
+            if spans is not None:
+                spans.append(_span("evaluation", "eval", t0, end, images=len(X_test)))
             on_evaluated()
             out["test_accuracy_per_epoch"].append(float((pred == y_test).mean()))
             if (cfg.target_accuracy is not None and out.get("epochs_to_target") is None
@@ -108,4 +152,6 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     out["steps_per_epoch"] = [len(o) for o in orders]
     out.update(trainer.figures())
     out["param_fingerprint"] = trainer.param_fingerprint()
+    if spans is not None:            # with the trainer's own (all-reduce, pipeline stages)
+        out["timeline"] = {"origin": origin, "spans": spans + list(getattr(trainer, "spans", []))}
     return out

@@ -75,7 +75,7 @@ class Scratch(Mode):
                                 "statistics; synchronised BatchNorm is a native-mode option")
         model = models.get(cfg.model)
         return ScratchTrainer(backend, cfg.model, model.init_params(cfg.seed, cfg.init), model.init_state(),
-                              devices, cfg.lr, cfg.execution)
+                              devices, cfg.lr, cfg.execution, cfg.trace)
 
 
 class Native(Mode):

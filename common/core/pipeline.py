@@ -285,8 +285,9 @@ class PipelineTrainer(Trainer):
     trainer.spans: the last step's clocked intervals, one dict each: lane ("stage 0
     (cpu:0)"), name ("F3", "B3", "send act 3", "send grad 3", "sgd"), cat
     (SPAN_KINDS), start and end (perf_counter seconds), micro_batch (None for sgd) and
-    step (steps since the trainer was built). With a process per stage, figures()
-    leaves every rank's spans in rank 0's (on the shared clock, SHARED_CLOCK)."""
+    step (steps since the trainer was built): this process's stages' (a traced run's
+    timeline reads them, common/results/trace.py). With a process per stage, figures()
+    gathers every rank's into rank 0's record (on the shared clock, SHARED_CLOCK)."""
 
     def __init__(self, backend: Backend, model: str, params, state, devices: Sequence[str],
                  lr: float, micro_batches: int, rank: int = 0, world: int = 1,
@@ -512,8 +513,8 @@ class PipelineTrainer(Trainer):
                           x["start"] - self.step_start, x["end"] - self.step_start]
                          for x in self.spans], np.float64).reshape(-1, 5)
 
-    def _gather_spans(self) -> None:
-        """Every rank's last-step spans into rank 0's trainer.spans (a collective: every
+    def _gather_spans(self) -> list[dict]:
+        """Every rank's last-step spans, for rank 0 ([] elsewhere; a collective: every
         rank calls it), on the shared clock where there is one (SHARED_CLOCK), else each
         rank's aligned on rank 0's step start."""
         mine = self._span_rows()
@@ -524,40 +525,40 @@ class PipelineTrainer(Trainer):
         rows = self.backend.gather_floats(padded.ravel()).reshape(self.world, most, 5)
         starts = heads[:, 1] if SHARED_CLOCK else np.full(self.world, heads[0, 1])
         if self.local[0] != 0:
-            return
-        self.spans = []
+            return []
+        mine, self.spans = self.spans, []
         kinds = list(SPAN_KINDS)
         for r in range(self.world):
             for s, kind, m, t0, t1 in rows[r, :int(heads[r, 0])]:
                 self._span(int(s), kinds[int(kind)], starts[r] + t0, starts[r] + t1,
                            None if m < 0 else int(m), step=int(heads[r, 2]))
-        self.spans.sort(key=lambda x: x["start"])
+        every, self.spans = sorted(self.spans, key=lambda x: x["start"]), mine
+        return every
 
-    def spans_record(self) -> dict | None:
+    def spans_record(self, spans: list[dict]) -> dict | None:
         """The last step's spans, compactly, for the record: the lanes, and per span [lane
         index, name, category, micro-batch, start, end] in seconds after the step's
         start (rank 0's), to the microsecond."""
-        if not self.spans:
+        if not spans:
             return None
         t0 = self.step_start
         lanes = [self._lane(s) for s in range(len(self.stages))]
-        return {"step": self.spans[0]["step"], "clock": (
+        return {"step": spans[0]["step"], "clock": (
                     "one process" if self.world == 1 else
                     "one clock for every process (perf_counter: CLOCK_MONOTONIC)" if SHARED_CLOCK
                     else "each rank's spans aligned on its own step start"),
                 "lanes": lanes, "wall": round(self.timings[-1][0], 6) if self.timings else None,
                 "spans": [[lanes.index(x["lane"]), x["name"], x["cat"], x["micro_batch"],
-                           round(x["start"] - t0, 6), round(x["end"] - t0, 6)] for x in self.spans]}
+                           round(x["start"] - t0, 6), round(x["end"] - t0, 6)] for x in spans]}
 
     def figures(self) -> dict:
         k, local = len(self.stages), np.array(self.timings, np.float64).reshape(len(self.timings), -1)
-        memory = self._memory()
+        memory, spans = self._memory(), self.spans
         if self.world > 1:       # every rank's per-step (wall, hand-over, busy) side by side
             rows = self.backend.gather_floats(local.ravel()).reshape(self.world, len(local), 3)
             wall, hand, busy = rows[:, :, 0].max(axis=0), rows[:, :, 1].sum(axis=0), rows[:, :, 2].T
             memory = dict(enumerate(self.backend.gather_floats(memory[self.local[0]])))
-            if self.step_start is not None:
-                self._gather_spans()
+            spans = self._gather_spans() if self.step_start is not None else []
         else:
             wall, hand, busy = local[:, 0], local[:, 1], local[:, 2:]
         bubble = 1 - busy.sum(axis=1) / (k * wall) if len(wall) else []
@@ -580,4 +581,4 @@ class PipelineTrainer(Trainer):
                     f"measured: {self.backend.tape_bytes_by}" if self.tape_bytes_by else
                     "calculation: each stage's input and its units' outputs, float32 (a lower "
                     "bound: the tape keeps each layer's intermediates too)"),
-                "pipeline_spans": self.spans_record()}
+                "pipeline_spans": self.spans_record(spans)}

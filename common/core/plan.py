@@ -55,6 +55,9 @@ class RunConfig:
     # of ResNet-18 a few tens of seconds; five minutes leaves room for both and still ends
     # a run whose node died long before torch's 30-minute collective time-out
     join_timeout: float = 300.0
+    # write a timeline of the run (common/results/trace.py): the device is then
+    # synchronised after every step, which perturbs the run's times
+    trace: bool = False
 
     def __post_init__(self):
         if self.execution is None:

@@ -5,6 +5,9 @@ train_batch differently (Backend.bind_train_batch: TensorFlow traces it into one
 graph) but not change it."""
 from __future__ import annotations
 
+import contextlib
+import functools
+import time
 from typing import Callable, Sequence
 
 import numpy as np
@@ -12,15 +15,18 @@ import numpy as np
 from common.core.contract import Backend, Replica, Trainer
 
 
-def train_batch(b: Backend, X, y, replicas: list[Replica], devices: Sequence[str], lr: float):
+def train_batch(b: Backend, X, y, replicas: list[Replica], devices: Sequence[str], lr: float,
+                clock: Callable | None = None):
     """Forward and backward per shard, allreduce of the gradients, SGD on every replica
-    scaled by the full batch size. Returns the batch's mean loss (a handle)."""
+    scaled by the full batch size. Returns the batch's mean loss (a handle). `clock`, in
+    a traced run, times the all-reduce (a context manager)."""
     X_shards, y_shards = b.split_batch(X, y, devices)
     losses = [b.shard_loss_and_grads(r, Xs, ys)[0]
               for r, Xs, ys in zip(replicas, X_shards, y_shards)]
     grads = [b.grads(r) for r in replicas]
-    for i in range(len(grads[0])):
-        b.allreduce([g[i] for g in grads])
+    with clock() if clock else contextlib.nullcontext():
+        for i in range(len(grads[0])):
+            b.allreduce([g[i] for g in grads])
     batch = X.shape[0]
     for r in replicas:
         b.sgd(r, lr / batch)
@@ -50,13 +56,29 @@ def training_forward(b: Backend, model: str, execution: str, loss_sum: Callable,
 class ScratchTrainer(Trainer):
     def __init__(self, backend: Backend, model: str, params: Sequence[np.ndarray],
                  state: Sequence[np.ndarray], devices: Sequence[str], lr: float,
-                 execution: str = "eager"):
+                 execution: str = "eager", trace: bool = False):
         self.backend, self.model, self.devices, self.lr = backend, model, list(devices), lr
         self.replicas = [backend.get_params(params, d, model, state) for d in self.devices]
         for r in self.replicas:
             r.execution = execution
-        self._train_batch = backend.bind_train_batch(train_batch, self.replicas, self.devices,
-                                                     lr, execution)
+        # a traced run's all-reduce spans (common/results/trace.py); none where the
+        # backend traces the whole step into one program, whose Python runs only once
+        self.spans = []
+        clocked = trace and execution not in backend.whole_step_executions
+        self._train_batch = backend.bind_train_batch(
+            functools.partial(train_batch, clock=self._clock) if clocked else train_batch,
+            self.replicas, self.devices, lr, execution)
+
+    @contextlib.contextmanager
+    def _clock(self):
+        """The all-reduce of a traced step, the devices synchronised on both sides."""
+        self.backend.synchronize()
+        start = time.perf_counter()
+        yield
+        self.backend.synchronize()
+        self.spans.append({"lane": "all-reduce", "name": "all-reduce", "cat": "allreduce",
+                           "start": start, "end": time.perf_counter(),
+                           "devices": ", ".join(self.devices)})
 
     def step(self, X, y):
         b = self.backend

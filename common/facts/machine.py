@@ -1,6 +1,6 @@
 """The machine a figure was measured on, read without importing any framework: CPU
-and GPU models (asked of the driver), the C++ compiler, library versions. Every run
-record keeps this as its "env"."""
+and GPU models (asked of the driver), the C++ compiler, library versions, and the
+suite's own commit. Every run record keeps this as its "env"."""
 from __future__ import annotations
 
 import functools
@@ -67,6 +67,23 @@ def version(dist: str) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=1)
+def commit() -> str | None:
+    """The suite's git commit (12 hex digits, "-dirty" with uncommitted changes), asked
+    of git once per process; None outside a git checkout or without git."""
+    root = Path(__file__).resolve().parents[2]
+    if not shutil.which("git"):
+        return None
+    try:
+        # every tag excluded: the commit's own name, never a tag's
+        out = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty",
+                              "--abbrev=12", "--exclude=*"], capture_output=True, text=True,
+                             timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
 def env_info() -> dict:
     """Where a figure was measured."""
     dists = ["numpy", *dict.fromkeys(d for f in registry.FRAMEWORKS.values() for d in f.dists)]
@@ -78,6 +95,7 @@ def env_info() -> dict:
         "gpu_model": gpu_model(),
         "libraries": {d: v for d in dists if (v := version(d))},
         "cxx": cxx(),
+        "commit": commit(),
     }
 
 

@@ -23,6 +23,7 @@ from common.core.modes import MODES  # noqa: E402
 from common.core.plan import RunConfig  # noqa: E402
 from common.facts import data as data_mod, registry  # noqa: E402
 from common.launch import launcher, progress  # noqa: E402
+from common.results import trace, utilisation  # noqa: E402
 
 
 def rank_main(cfg: RunConfig, result_path: Path, tell: bool = True) -> None:
@@ -50,7 +51,18 @@ def rank_main(cfg: RunConfig, result_path: Path, tell: bool = True) -> None:
                        evaluate=first or mode.every_rank_predicts,
                        on_estimate=progress.estimate_printer() if tells else progress.silent,
                        on_evaluated=progress.say(progress.EVALUATED) if tells else progress.silent)
+        timeline = result.pop("timeline", None)
+        if timeline is not None:     # every rank its own events (pid = rank), merged by run
+            trace.write_part(Path(result_path).parent, rank.rank, trace.process_events(
+                timeline["spans"], timeline["origin"], rank.rank,
+                f"rank {rank.rank}: {', '.join(devices)}"))
+        # every rank its own memory, beside the result (common.launch.run gathers them)
+        mb, source = utilisation.memory_per_device(devices, backend.device_peak_memory_mb(),
+                                                   utilisation.own_rss_mb())
+        Path(result_path).with_name(f"memory-rank{rank.rank}.json").write_text(
+            json.dumps({"rank": rank.rank, "mb": mb, "source": source}))
         if first:
+            result["peak_flops_device"] = utilisation.device_peak(backend, devices[0])
             result["device_names"] = (devices if held > 1 else [
                 backend.rank_device(launcher.RankInfo(r, rank.world_size, r,
                                                       rank.local_world_size, rank.master_addr,

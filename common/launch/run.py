@@ -21,6 +21,7 @@ from common.facts import data as data_mod, registry
 from common.facts.machine import env_info, framework_version
 from common.launch import launcher, nodes, progress
 from common.launch.rank import _rank_main
+from common.results import trace, utilisation
 from common.results.record import mark_not_installed, new_record
 
 
@@ -42,15 +43,17 @@ def outcome(record: dict):
                       traceback=traceback.format_exc(limit=8))
 
 
-def run(cfg: RunConfig, tell: bool = False) -> dict:
+def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> dict:
     """Run one (framework, model, mode, device count) and return its complete record.
-    Failures are recorded in the record, never raised."""
+    Failures are recorded in the record, never raised. With cfg.trace and a trace_path,
+    the run's timeline goes there (common/results/trace.py)."""
     record = new_record(cfg)
     record["env"] = env_info()
     record["framework_version"] = framework_version(cfg.framework, record["env"])
     mode = MODES[cfg.mode]
+    trace_path = trace_path if cfg.trace else None
     if cfg.nodes > 1:
-        return _run_nodes(cfg, record, mode, tell)
+        return _run_nodes(cfg, record, mode, tell, trace_path)
     gap = mode.gap(cfg.framework, cfg.sync_bn, cfg.execution)
     processes = mode.processes(cfg.framework, cfg.devices)
     threads = max(1, cfg.threads // processes)
@@ -83,6 +86,8 @@ def run(cfg: RunConfig, tell: bool = False) -> dict:
                 launcher.launch(_rank_main, processes, (cfg.to_dict(), str(path), tell),
                                 env={"OMP_NUM_THREADS": str(threads)}, cores=cores)
                 result = json.loads(path.read_text())
+                parts = trace.read_parts(tmp)
+                memory = utilisation.combine_ranks(_rank_memory(Path(tmp)))
             record["device_names"] = result.pop("device_names")
             peak = result.pop("peak_memory_mb_device")
         else:
@@ -95,16 +100,29 @@ def run(cfg: RunConfig, tell: bool = False) -> dict:
                            progress.say(progress.STEP) if tell else progress.silent,
                            on_estimate=progress.estimate_printer() if tell else progress.silent)
             peak = backend.peak_memory_mb()
-        _finish(record, result, backend.facts, processes, peak)
+            timeline = result.pop("timeline", None)
+            parts = [trace.process_events(timeline["spans"], timeline["origin"], 0,
+                                          f"process 0: {', '.join(devices)}")] if timeline else []
+            memory = utilisation.memory_per_device(devices, backend.device_peak_memory_mb(),
+                                                   utilisation.own_rss_mb())
+            result["peak_flops_device"] = utilisation.device_peak(backend, devices[0])
+        _finish(record, result, backend.facts, processes, peak, memory)
+        _write_trace(record, trace_path, parts)
         if gap:
             record.update(status="failed", error=f"listed as a known gap ({gap}) but it ran; "
                                                  "update its `lacks` in common/facts/registry.py")
     return record
 
 
+def _rank_memory(folder: Path) -> list[dict]:
+    """What each rank wrote of its memory (common.launch.rank) into a run's folder."""
+    return [json.loads(p.read_text()) for p in folder.glob("memory-rank*.json")]
+
+
 def _finish(record: dict, result: dict, facts: registry.Framework, processes: int,
-            peak: float | None) -> None:
+            peak: float | None, memory: tuple[list | None, str]) -> None:
     """A record completed from a finished run's result."""
+    flops_peak, flops_text = result.pop("peak_flops_device")
     record.update(result)
     record["device_kind"] = record["device_names"][0].split(":")[0]
     record["processes"] = processes
@@ -112,6 +130,8 @@ def _finish(record: dict, result: dict, facts: registry.Framework, processes: in
     record["execution_mechanism"] = facts.executions.get(record["execution"])
     record["peak_memory_mb"] = peak if peak is not None else _max_rss_mb()
     record["peak_memory_source"] = "device allocator" if peak is not None else "process max RSS"
+    record["peak_memory_mb_per_device"], record["peak_memory_per_device_source"] = memory
+    utilisation.fill(record, flops_peak, flops_text)
     record["status"] = "ok"
     if record.get("diverged_step") is not None:
         record.update(status="diverged", error=(
@@ -120,7 +140,18 @@ def _finish(record: dict, result: dict, facts: registry.Framework, processes: in
             f"{record['last_finite_loss']}; lower --lr"))
 
 
-def _run_nodes(cfg: RunConfig, record: dict, mode, tell: bool) -> dict:
+def _write_trace(record: dict, path: Path | None, parts: list[list[dict]]) -> None:
+    """The run's timeline, every process's events in one file, named in the record with
+    what tracing does to its times."""
+    if path is None:
+        return
+    if not parts:
+        raise trace.TraceError("a traced run whose processes left no timeline")
+    trace.write(path, trace.merge(parts))
+    record["trace"] = {"file": Path(path).name, "note": trace.NOTE}
+
+
+def _run_nodes(cfg: RunConfig, record: dict, mode, tell: bool, trace_path: Path | None) -> dict:
     """A run across cfg.nodes machines on the framework's own engine (common.launch.nodes):
     every node here with --launcher local, else this machine's one."""
     if not registry.is_installed(cfg.framework):
@@ -158,9 +189,12 @@ def _run_nodes(cfg: RunConfig, record: dict, mode, tell: bool) -> dict:
             cfg = dataclasses.replace(cfg, threads=max(1, cfg.threads // cfg.nodes))
         with tempfile.TemporaryDirectory(prefix="dl-compare-nodes-") as tmp:
             results = nodes.run(cfg, cluster, Path(tmp), say, cores)
+            parts = trace.read_parts(tmp)      # this machine's ranks
+            memory = utilisation.combine_ranks(_rank_memory(Path(tmp)))
         result = results[0]
         record["node_sec_per_epoch"] = [r["sec_per_epoch"] for r in results]
         record["device_names"] = result.pop("device_names")
         peak = result.pop("peak_memory_mb_device")
-        _finish(record, result, facts, result["world_size"], peak)
+        _finish(record, result, facts, result["world_size"], peak, memory)
+        _write_trace(record, trace_path, parts)
     return record

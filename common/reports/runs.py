@@ -17,6 +17,7 @@ from rich.text import Text
 from common.core import modes
 from common.facts import registry
 from common.facts.registry import NAMES
+from common.reports import utilisation
 from common.results.record import ok_repeats
 
 
@@ -143,6 +144,8 @@ def summarize(records: list[dict]) -> list[dict]:
         planned, done = r.get("repeat_planned") or 1, len(t["runs"])
         if 0 < done < planned:
             note = f"{done} of {planned} repeats" + ("; " + note if note else "")
+        if r.get("trace"):
+            note = "traced: times perturbed" + ("; " + note if note else "")
         if t["noisy"]:
             note = (f"noisy: repeats spread {t['spread']:.0%} > {NOISE_THRESHOLD:.0%}"
                     + ("; " + note if note else ""))
@@ -331,6 +334,7 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
            else "") + ".", "",
         buf.getvalue().strip(), "",
         *[f"- {line}" for line in definitions(rows, records)], "",
+        *utilisation.markdown_section(rows, records),
         *_pipeline_section(rows)])
 
 

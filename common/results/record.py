@@ -25,6 +25,12 @@ RECORD_KEYS = (
     "step_losses", "param_fingerprint", "peak_memory_mb", "peak_memory_source", "diverged_step",
     "last_finite_loss",
     "target_accuracy", "epochs_to_target", "sec_to_target",
+    # FLOPs, utilisation and memory per device (common/results/utilisation.py): the model's
+    # training FLOPs per sample (counted), achieved FLOP/s per device, the device's peak and
+    # what it is, MFU (None, with mfu_note saying why, where no peak is known)
+    "flops_per_sample", "samples_per_sec_per_device", "flops_per_sec_per_device",
+    "peak_flops_per_device", "peak_flops_source", "mfu", "mfu_note",
+    "peak_memory_mb_per_device", "peak_memory_per_device_source",
     # model mode (the pipeline, common/core/pipeline.py); None in the other modes but
     # micro_batches and schedule. bubble_gpipe: (k-1)/(M+k-1), both schedules' formula;
     # per stage, the most micro-batches whose activations it held at once (counted) and
@@ -38,8 +44,9 @@ RECORD_KEYS = (
     # simulated node's sec/epoch (--launcher local)
     "nodes", "node_rank", "launcher", "cluster_launcher", "world_size", "servers",
     "node_sec_per_epoch",
-    # how it ended, and where
-    "status", "error", "traceback", "env",
+    # how it ended, and where; with --trace, the timeline's file and what tracing does
+    # to the times (common/results/trace.py)
+    "status", "error", "traceback", "env", "trace",
 )
 # Keys that benchmarks.compare adds to a worker's record: the figures of every
 # repeat (--repeat), and how many were planned.

@@ -116,8 +116,16 @@ class Devices:
     def synchronize(self):
         jax.block_until_ready(list(getattr(self, "_pending", {}).values()))
 
-    def peak_memory_mb(self):
-        gpus = local_devices("gpu")
-        if not gpus:
-            return None
-        return max((d.memory_stats() or {}).get("peak_bytes_in_use", 0) for d in gpus) / 2**20
+    def device_peak_memory_mb(self):
+        return {neutral_name(d): (d.memory_stats() or {}).get("peak_bytes_in_use", 0) / 2**20
+                for d in local_devices("gpu")}
+
+    def gpu_model(self, device):
+        return jax_device(device).device_kind
+
+    def float32_math(self):
+        # XLA's DEFAULT precision runs float32 products and convolutions as TF32 on GPUs
+        # that have it; "highest"/"float32" asks for FP32
+        precision = jax.config.jax_default_matmul_precision
+        return ("tf32" if precision in (None, "default", "tensorfloat32") else
+                "fp32" if precision in ("highest", "float32") else None)

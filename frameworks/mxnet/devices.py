@@ -41,5 +41,5 @@ class Devices:
     def synchronize(self):
         mx.nd.waitall()
 
-    def peak_memory_mb(self):
-        return None   # MXNet 1.9 has no peak-allocation counter; the record uses RSS
+    def device_peak_memory_mb(self):
+        return {}     # MXNet 1.9 has no peak-allocation counter; the record uses RSS

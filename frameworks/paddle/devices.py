@@ -44,8 +44,9 @@ class Devices:
         if self.num_gpus():
             paddle.device.synchronize()
 
-    def peak_memory_mb(self):
-        if not self.num_gpus():
-            return None
-        return max(paddle.device.cuda.max_memory_allocated(i)
-                   for i in range(self.num_gpus())) / 2**20
+    def device_peak_memory_mb(self):
+        return {dev.name("gpu", i): paddle.device.cuda.max_memory_allocated(i) / 2**20
+                for i in range(self.num_gpus())}
+
+    def gpu_model(self, device):
+        return paddle.device.cuda.get_device_name(dev.parse(device)[1])

@@ -58,8 +58,17 @@ class Devices:
         for i in range(torch.cuda.device_count()):
             torch.cuda.synchronize(i)
 
-    def peak_memory_mb(self):
+    def device_peak_memory_mb(self):
         if not torch.cuda.is_available():
-            return None
-        return max(torch.cuda.max_memory_allocated(i)
-                   for i in range(torch.cuda.device_count())) / 2**20
+            return {}
+        return {dev.name("gpu", i): torch.cuda.max_memory_allocated(i) / 2**20
+                for i in range(torch.cuda.device_count())}
+
+    def gpu_model(self, device):
+        return torch.cuda.get_device_name(torch_device(device))
+
+    def float32_math(self):
+        # cuDNN's float32 convolutions may use TF32 by default (allow_tf32), matmuls not;
+        # convolutions are most of the suite's models' FLOPs
+        tf32 = torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32
+        return "tf32" if tf32 else "fp32"

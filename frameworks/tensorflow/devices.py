@@ -69,11 +69,20 @@ class Devices:
             from tensorflow.python.eager import context
             context.async_wait()
 
-    def peak_memory_mb(self):
-        gpus = tf.config.list_logical_devices("GPU")
-        if not gpus:
+    def device_peak_memory_mb(self):
+        return {dev.name("gpu", tf.DeviceSpec.from_string(g.name).device_index or 0):
+                tf.config.experimental.get_memory_info(g.name)["peak"] / 2**20
+                for g in tf.config.list_logical_devices("GPU")}
+
+    def gpu_model(self, device):
+        gpus = tf.config.list_physical_devices("GPU")
+        _, i = dev.parse(device)
+        if i >= len(gpus):
             return None
-        return max(tf.config.experimental.get_memory_info(g.name)["peak"] for g in gpus) / 2**20
+        return tf.config.experimental.get_device_details(gpus[i]).get("device_name")
+
+    def float32_math(self):
+        return "tf32" if tf.config.experimental.is_tensor_float_32_execution_enabled() else "fp32"
 
     # --- several machines: MultiWorkerMirroredStrategy, workers started with TF_CONFIG
     # (common.launch.nodes); it must exist before any other TensorFlow op of the process ---

@@ -82,6 +82,8 @@ class Scratch:
         with tf.device(tf_device(device)):
             return tf.add_n(values)
 
+    whole_step_executions = ("graph", "compiled")       # tf.function below
+
     def bind_train_batch(self, train_batch, replicas, devices, lr, execution):
         self.check_execution(execution)
         step = lambda X, y: train_batch(self, X, y, replicas, devices, lr)   # noqa: E731

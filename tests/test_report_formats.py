@@ -1,0 +1,187 @@
+"""benchmarks.report for other programs and over time, on small synthetic records (no
+run): --format csv|json, the history file (--append-history), its plot (--plot-history)
+and the regression gate against it (--against-history), and their bad input."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from benchmarks import report
+from common.core.plan import RunConfig
+from common.reports import export, history
+from common.results.record import new_record, record_filename, write_atomic
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {"cpu_model": "CPU X", "cpu_count": 2, "gpu_model": None, "os": "Linux", "python": "3.11",
+       "cxx": None, "libraries": {"numpy": "1.26.4", "torch": "2.13.0"}, "commit": "abc123"}
+
+
+def _record(framework="pytorch", mode="scratch", devices=1, secs=(1.0, 1.0), status="ok",
+            repeats=None, **extra) -> dict:
+    r = new_record(RunConfig(framework, mode, devices, dataset="synthetic", epochs=len(secs),
+                             batch_size=64))
+    r.update(status=status, sec_per_epoch=list(secs), steps_per_epoch=[4] * len(secs),
+             eval_sec=[0.5] * len(secs), train_loss=[2.0, 1.5][: len(secs)], test_accuracy=0.5,
+             device_kind="cpu", framework_version="2.13.0", **{"env": dict(ENV), **extra})
+    if repeats:
+        r["repeats"] = [{"status": "ok", "sec_per_epoch": list(s), "steps_per_epoch": [4] * len(s)}
+                        for s in repeats]
+    return r
+
+
+def _folder(path: Path, records: list[dict]) -> Path:
+    for r in records:
+        write_atomic(path / record_filename(r), r)
+    return path
+
+
+def _main(args, capsys):
+    code = report.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_rows_as_csv_and_json(tmp_path, capsys):
+    folder = _folder(tmp_path / "a", [
+        _record(secs=(2.0, 1.0, 3.0)),
+        _record(devices=2, secs=(9.0,), repeats=[(1.0, 2.0), (3.0, 5.0), (2.0, 2.0)],
+                trace={"file": "x.trace.json", "note": "perturbed"}),
+        _record("mxnet", status="failed", secs=(), error="boom")])
+    code, out, _ = _main([folder, "--format", "csv"], capsys)
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert list(rows[0]) == list(export.COLUMNS) and len(rows) == 3
+    one, two, failed = sorted(rows, key=lambda r: (r["framework"] != "pytorch", r["devices"]))
+    assert float(one["sec_per_epoch_median"]) == 2.0 and one["epochs_timed"] == "3"
+    assert float(one["samples_per_sec_median"]) == 4 * 64 / 2.0
+    # repeats: the median of each repeat's median epoch time (1.5, 4.0, 2.0) -> 2.0
+    assert float(two["sec_per_epoch_median"]) == 2.0 and two["repeats_ok"] == "3"
+    assert float(two["sec_per_epoch_spread"]) == pytest.approx((4.0 - 1.5) / 2.0)
+    assert float(two["speedup"]) == 1.0 and two["trace_file"] == "x.trace.json"
+    assert one["sec_per_epoch_spread"] == "" and one["trace_file"] == ""
+    assert failed["status"] == "failed" and failed["error"] == "boom" and failed["sec_per_epoch_median"] == ""
+    assert one["cpu_model"] == "CPU X" and one["commit"] == "abc123" and one["sync_bn"] == "False"
+    # the same rows as JSON, to a file
+    target = tmp_path / "rows.json"
+    code, out, _ = _main([folder, "--format", "json", "--output", target], capsys)
+    table = json.loads(target.read_text())
+    assert code == 0 and out == "" and [list(r) for r in table] == [list(export.COLUMNS)] * 3
+    assert {r["sec_per_epoch_median"] for r in table} == {2.0, None}
+    assert not (folder / "report.md").exists()           # rows only: nothing re-rendered
+
+
+def _undocumented(columns, text: str) -> list[str]:
+    defined = set(re.findall(r"^\|\s*`(\w+)`", text, re.M))
+    return [c for c in columns if c not in defined]
+
+
+def test_every_column_is_defined_in_the_docs():
+    text = (ROOT / "docs" / "report.md").read_text()
+    assert _undocumented(export.COLUMNS, text) == []
+    assert _undocumented([*export.COLUMNS, "a_new_key"], text) == ["a_new_key"]   # seen failing
+
+
+def _history(tmp_path, secs_by_commit) -> Path:
+    """A history of one configuration measured at each commit (a folder each)."""
+    path = tmp_path / "history.jsonl"
+    for i, (commit, sec) in enumerate(secs_by_commit):
+        r = _record(secs=(sec,), env={**ENV, "commit": commit})
+        folder = _folder(tmp_path / f"h{i}", [r])
+        assert report.main([str(folder), "--append-history", str(path)]) == 0
+    return path
+
+
+def test_a_history_line_per_successful_run_once(tmp_path, capsys):
+    folder = _folder(tmp_path / "a", [_record(), _record("mxnet", status="failed", secs=())])
+    path = tmp_path / "h.jsonl"
+    code, out, _ = _main([folder, "--append-history", path], capsys)
+    assert code == 0 and "1 run(s) appended" in out and "1 unsuccessful left out" in out
+    code, out, _ = _main([folder, "--append-history", path], capsys)
+    assert code == 0 and "0 run(s) appended, 1 already there" in out
+    (line,) = history.read(path)
+    assert line["commit"] == "abc123" and line["versions"]["torch"] == "2.13.0"
+    assert line["machine"]["cpu_model"] == "CPU X" and re.match(r"\d{4}-\d\d-\d\dT", line["date"])
+    assert line["row"]["sec_per_epoch_median"] == 1.0 and line["file"] == "pytorch-scratch-1dev.json"
+
+
+@pytest.mark.parametrize("past, after, last, code, verdict", [
+    ([1.0], 1.0, 1, 0, "within noise"),               # an equal run passes
+    ([1.0], 2.0, 1, 1, "slower"),                     # a slower one fails
+    ([1.0], 0.5, 1, 0, "faster"),
+    ([1.0, 1.0, 1.5], 1.5, 1, 0, "within noise"),     # the last run was as slow
+    ([1.0, 1.0, 1.5], 1.5, 3, 1, "slower"),           # the median of the last three was not
+    ([1.0, 1.0, 1.5], 1.0, 3, 0, "within noise"),
+])
+def test_the_gate_against_the_history(tmp_path, capsys, past, after, last, code, verdict):
+    path = _history(tmp_path, [(f"c{i}", sec) for i, sec in enumerate(past)])
+    folder = _folder(tmp_path / "new", [_record(secs=(after,), warmup_sec=7.0)])
+    got, out, err = _main([folder, "--against-history", path, "--last", last, "--fail-on-slower"],
+                          capsys)
+    assert got == code and verdict in out, out + err
+    # without --fail-on-slower the gate only reports
+    assert report.main([str(folder), "--against-history", str(path), "--last", str(last)]) == 0
+
+
+def test_the_gate_takes_neither_the_folders_own_runs_nor_another_machine(tmp_path, capsys):
+    path = _history(tmp_path, [("old", 1.0)])
+    elsewhere = _folder(tmp_path / "gpu", [_record(secs=(0.1,), env={**ENV, "gpu_model": "H100",
+                                                                      "commit": "gpu"})])
+    assert report.main([str(elsewhere), "--append-history", str(path)]) == 0
+    folder = _folder(tmp_path / "new", [_record(secs=(1.0,), warmup_sec=3.0,
+                                                env={**ENV, "commit": "new"})])
+    assert report.main([str(folder), "--append-history", str(path)]) == 0
+    code, out, err = _main([folder, "--against-history", path, "--fail-on-slower"], capsys)
+    # against the run before it: not itself, not the GPU's
+    assert code == 0 and "within noise" in out and "1 run(s): old" in out, out + err
+    only = _folder(tmp_path / "only", [_record(secs=(2.0,), env={**ENV, "cpu_model": "CPU Y"})])
+    code, _, err = _main([only, "--against-history", path], capsys)
+    assert code == 2 and "has a baseline" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_history_plot(tmp_path, capsys):
+    path = _history(tmp_path, [("c1", 1.0), ("c2", 1.2)])
+    png = tmp_path / "h.png"
+    code, out, err = _main(["--plot-history", path, "--output", png], capsys)
+    assert code == 0 and png.read_bytes()[:4] == b"\x89PNG", err
+    other = _folder(tmp_path / "m", [_record("mxnet", env={**ENV, "libraries": {"mxnet": "1.9.1"}})])
+    assert report.main([str(other), "--append-history", str(path)]) == 0
+    code, _, err = _main(["--plot-history", path, "--by", "version"], capsys)
+    assert code == 2 and "--framework NAME" in err
+    code, _, err = _main(["--plot-history", path, "--by", "version", "--framework", "mxnet"], capsys)
+    assert code == 0 and (tmp_path / "history.png").is_file()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["{a}", "--format", "xml"], "invalid choice: 'xml'"),
+    (["{a}", "{a}", "--format", "csv"], "--format reads one folder"),
+    (["{a}", "--last", "2"], "--last N is for --against-history"),
+    (["{a}", "--against-history", "{tmp}/none.jsonl"], "no such file"),
+    (["{a}", "--output", "x.csv"], "--output is where --format or --plot-history write"),
+    (["--format", "csv"], "give a results folder"),
+    (["{tmp}", "--format", "csv"], "no run records"),
+    (["--plot-history", "{tmp}/bad.jsonl"], "bad.jsonl:2: not a JSON line"),
+    (["{a}", "--against-history", "{tmp}/bad.jsonl"], "bad.jsonl:2: not a JSON line"),
+    (["--plot-history", "{tmp}/old.jsonl"], "old.jsonl:1: not a history line of schema 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, says):
+    a = _folder(tmp_path / "a", [_record()])
+    good = history.lines_of([_record()], [a / "pytorch-scratch-1dev.json"], 0.0)[0]
+    (tmp_path / "bad.jsonl").write_text(json.dumps(good) + "\n{not json\n")
+    (tmp_path / "old.jsonl").write_text(json.dumps({"schema": 0, "row": {}}) + "\n")
+    code, out, err = _main([x.format(a=a, tmp=tmp_path) for x in args], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert says in err
+
+
+def test_median_of_repeats_is_the_reports(tmp_path):
+    """The CSV's sec_per_epoch_median is the figure the report's table shows."""
+    from common.reports import runs
+    r = _record(repeats=[(1.0, 3.0), (2.0, 2.0), (4.0, 4.0)])
+    (row,) = export.rows([r])
+    assert row["sec_per_epoch_median"] == runs.summarize([r])[0]["sec/epoch"] == statistics.median([2.0, 2.0, 4.0])

@@ -1,0 +1,296 @@
+"""FLOPs, utilisation (MFU) and memory per device: the models' FLOP counts against
+PyTorch's own FlopCounterMode, the arithmetic on made-up records, the 95 % interval on
+known repeats, the vendor peak lookup and the GPU path on faked GPUs (no GPU here), the
+report's table, and a real compare run whose records carry the figures. Each check is
+also shown failing on a planted bug."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from common import models
+from common.facts import peaks
+from common.models import lenet, resnet18
+from common.reports import runs as report
+from common.results import utilisation
+from tests.conftest import covered, per_framework, run_python, THREADS
+from tests.test_compare_robust import fake_record
+
+
+@pytest.fixture(scope="module")
+def checks(tmp_path_factory):
+    """framework -> what tests/utilisation_checks.py measured in a process of its own."""
+    return per_framework(tmp_path_factory, "tests.utilisation_checks")
+
+
+def torch_checks(checks):
+    if "pytorch" not in covered():
+        pytest.skip("PyTorch is not installed: FlopCounterMode is PyTorch's")
+    return checks("pytorch")
+
+
+# --- model FLOPs against an independent count ---
+
+def check_flops(name: str, counted: dict) -> None:
+    """The model's TRAIN_FLOPS_PER_IMAGE is 3 x the forward FLOPs that FlopCounterMode
+    counts (it too counts convolutions and matrix products only, 2 FLOPs per multiply-add),
+    exactly; and within 2 % of what it counts for forward + backward (measured: LeNet 2.95
+    x the forward, as its first convolution needs no input gradient; ResNet-18 2.999)."""
+    flops = models.get(name).TRAIN_FLOPS_PER_IMAGE
+    assert flops == 3 * counted["forward"], (name, flops, counted)
+    assert abs(flops / counted["train"] - 1) < 0.02, (name, flops, counted)
+
+
+@pytest.mark.parametrize("name", models.NAMES)
+def test_flops_match_flopcountermode(checks, name):
+    check_flops(name, torch_checks(checks)["flops"][name])
+
+
+def _resnet_without_shortcuts(monkeypatch):
+    """Plant: ResNet-18's count leaves out the 1x1 shortcut convolutions."""
+    blocks = [{**b, "shortcut": None} for b in resnet18.BLOCKS]
+    monkeypatch.setattr(resnet18, "BLOCKS", blocks)
+    monkeypatch.setattr(resnet18, "TRAIN_FLOPS_PER_IMAGE", resnet18._train_flops_per_image())
+
+
+def _lenet_without_last_dense(monkeypatch):
+    """Plant: LeNet's count leaves out the last dense layer (128 x 10)."""
+    monkeypatch.setattr(lenet, "TRAIN_FLOPS_PER_IMAGE",
+                        3 * 2 * (26 * 26 * 20 * 9 + 9 * 9 * 50 * 500 + 800 * 128))
+
+
+@pytest.mark.parametrize("name, plant", [("lenet", _lenet_without_last_dense),
+                                         ("resnet18", _resnet_without_shortcuts)])
+def test_a_layer_left_out_of_the_count_fails(checks, monkeypatch, name, plant):
+    counted = torch_checks(checks)["flops"][name]
+    plant(monkeypatch)
+    with pytest.raises(AssertionError):
+        check_flops(name, counted)
+
+
+# --- the arithmetic ---
+
+def check_fill(record: dict, peak: float) -> None:
+    """fill() on a made-up run: 2 devices, 1000 samples/s."""
+    utilisation.fill(record, peak, "a made-up peak")
+    per_device = 500.0
+    assert record["flops_per_sample"] == lenet.TRAIN_FLOPS_PER_IMAGE == 13502160
+    assert record["samples_per_sec_per_device"] == per_device
+    assert record["flops_per_sec_per_device"] == pytest.approx(13502160 * per_device)
+    assert record["mfu"] == pytest.approx(13502160 * per_device / peak)
+    assert record["peak_flops_source"] == "a made-up peak" and record["mfu_note"] is None
+
+
+def test_utilisation_arithmetic_on_a_made_up_record(monkeypatch):
+    record = fake_record(devices=2)
+    record["samples_per_sec"] = 1000.0
+    check_fill(record, 50e9)
+    # without a peak: no MFU, and why
+    utilisation.fill(record, None, utilisation.NO_CPU_PEAK)
+    assert record["mfu"] is None and record["mfu_note"] == utilisation.NO_CPU_PEAK
+    assert record["flops_per_sec_per_device"] == pytest.approx(13502160 * 500)
+    # planted: throughput not divided by the devices
+    monkeypatch.setattr(utilisation, "all_devices", lambda r: 1)
+    with pytest.raises(AssertionError):
+        check_fill(record, 50e9)
+
+
+def test_the_cpu_peak_is_shared_by_devices_on_the_same_cores():
+    gemm = {"gflops": 100.0, "library": "torch x sgemm", "size": 64, "threads": 2}
+    shared, text = utilisation.cpu_peak(fake_record(devices=2), gemm)
+    assert shared == 50e9 and "torch x sgemm 64x64" in text and "1/2 each" in text
+    own, _ = utilisation.cpu_peak(fake_record(devices=2, cores_per_device=1), gemm)
+    assert own == 100e9                     # each device its own cores, measured on that many
+    none, why = utilisation.cpu_peak(fake_record(), {"error": "it failed"})
+    assert none is None and why == "it failed"
+    assert utilisation.cpu_peak(fake_record(), {}) == (None, utilisation.NO_CPU_PEAK)
+
+
+def check_interval(interval95) -> None:
+    # 10, 12, 14: mean 12, sd 2, half-width 1.96 x 2 / sqrt(3)
+    lo, hi = interval95([10.0, 12.0, 14.0])
+    assert lo == pytest.approx(12 - 1.96 * 2 / math.sqrt(3)) and hi == pytest.approx(12 + 1.96 * 2 / math.sqrt(3))
+    assert interval95([5.0]) is None and interval95([]) is None
+    assert interval95([7.0, 7.0]) == (7.0, 7.0)
+
+
+def test_the_95_interval_on_known_repeats():
+    check_interval(utilisation.interval95)
+
+
+def test_a_planted_interval_fails():
+    """Horovod's mean +- 1.96 sd (the spread of the runs, not the mean's interval)."""
+    import statistics
+
+    def horovod(xs):
+        if len(xs) < 2:
+            return None
+        m, sd = statistics.fmean(xs), statistics.stdev(xs)
+        return m - 1.96 * sd, m + 1.96 * sd
+    with pytest.raises(AssertionError):
+        check_interval(horovod)
+
+
+# --- GPUs: the vendor table and the GPU path on faked GPUs ---
+
+def check_peaks(gpu_peak) -> None:
+    assert gpu_peak("NVIDIA H100 80GB HBM3", "tf32")[0] == 494.7e12
+    assert gpu_peak("NVIDIA H100 80GB HBM3", "fp32")[0] == 67e12
+    assert gpu_peak("NVIDIA H100 PCIe", "tf32")[0] == 378e12
+    assert gpu_peak("NVIDIA H100 NVL", "fp32")[0] == 60e12
+    assert gpu_peak("NVIDIA H200", "tf32")[0] == 494.7e12
+    assert gpu_peak("NVIDIA A100-SXM4-80GB", "tf32")[0] == 156e12
+    peak, text = gpu_peak("NVIDIA H200", "tf32")
+    assert "NVIDIA H200 SXM" in text and "datasheet" in text and "'NVIDIA H200'" in text
+    for name, math_ in (("NVIDIA GH200 480GB", "tf32"), ("Tesla T4", "fp32"), (None, "fp32"),
+                        ("NVIDIA H100 80GB HBM3", None)):
+        peak, why = gpu_peak(name, math_)
+        assert peak is None and why, (name, math_)
+
+
+def test_vendor_peaks_by_device_name():
+    check_peaks(peaks.gpu_peak)
+
+
+def test_a_planted_table_order_fails(monkeypatch):
+    """The generic H100 pattern first would give an H100 PCIe the SXM's peak."""
+    table = peaks.GPU_PEAKS
+    monkeypatch.setattr(peaks, "GPU_PEAKS", (table[2], *table[:2], *table[3:]))
+    with pytest.raises(AssertionError):
+        check_peaks(peaks.gpu_peak)
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "jax"])
+def test_the_gpu_path_on_fake_gpus(checks, framework):
+    """The framework's calls that name a GPU (torch.cuda.get_device_name, JAX's
+    device_kind), read its float32 math and its allocator's peak per GPU, answered by
+    fakes of two GPUs (an H100 SXM with 1 GiB at peak, an H200 with 2 GiB)."""
+    if framework not in covered():
+        pytest.skip(f"{framework} is not installed")
+    gpu = checks(framework)["gpu"]
+    for math_, peak in (("default", 494.7e12), ("fp32", 67e12)):
+        got = gpu[math_]
+        assert got["device_peak_memory_mb"] == {"gpu:0": 1024.0, "gpu:1": 2048.0}
+        assert got["peak_memory_mb"] == 2048.0       # unchanged meaning: the largest device's
+        assert got["gpu_model"] == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+        assert got["float32_math"] == ("tf32" if math_ == "default" else "fp32")
+        assert got["device_peak"][0] == peak and "NVIDIA H200 SXM" in got["device_peak"][1]
+        assert got["memory_per_device"] == [[1024.0, 2048.0], "device allocator's peak, per GPU"]
+
+
+def test_memory_per_device_on_the_cpu():
+    assert utilisation.memory_per_device(["cpu:0"], {}, 300.0) == (
+        [300.0], "process max RSS (one process ran the device)")
+    mb, why = utilisation.memory_per_device(["cpu:0", "cpu:1"], {}, 300.0)
+    assert mb is None and "not per device" in why
+    parts = [{"rank": 1, "mb": [20.0], "source": "s"}, {"rank": 0, "mb": [10.0], "source": "s"}]
+    assert utilisation.combine_ranks(parts) == ([10.0, 20.0], "s, each rank its own")
+
+
+# --- the report ---
+
+def utilisation_rows(markdown: str) -> list[dict]:
+    """The rows of report.md's utilisation table, as {column: cell}."""
+    section = markdown.split("## Utilisation and memory per device", 1)[1].strip().splitlines()
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section
+             if line.startswith("|")]
+    return [dict(zip(cells[0], row)) for row in cells[2:]]
+
+
+def test_the_report_shows_the_utilisation_columns():
+    records = [fake_record(secs=(1.0, 1.2, 1.1)), fake_record(devices=2, secs=(0.8,))]
+    for r in records:
+        utilisation.fill(r, 50e9, "a made-up peak")
+        r.update(peak_memory_mb_per_device=[100.0] * r["devices"],
+                 peak_memory_per_device_source="made-up memory")
+    text = report.markdown_report(report.summarize(records), records, "cmd")
+    rows = utilisation_rows(text)
+    for column in ("GFLOP/sample", "samples/s/dev", "95% interval", "GFLOP/s/dev",
+                   "peak GFLOP/s/dev", "MFU", "peak MB/dev"):
+        assert column in rows[0], column
+    one, two = rows
+    # 10 steps x 256 samples over the median repeat's 1.1 s; the interval over the three
+    per_device = 2560 / 1.1
+    lo, hi = utilisation.interval95([2560 / s for s in (1.0, 1.2, 1.1)])
+    achieved = 13502160 * per_device
+    assert one["GFLOP/sample"] == "0.0135" and one["samples/s/dev"] == f"{per_device:,.0f}"
+    assert one["95% interval"] == f"{lo:,.0f}-{hi:,.0f}" and two["95% interval"] == "-"
+    assert one["GFLOP/s/dev"] == f"{achieved / 1e9:,.1f}" and one["peak GFLOP/s/dev"] == "50.0"
+    assert one["MFU"] == f"{achieved / 50e9:.1%}"
+    assert one["peak MB/dev"] == "100" and two["peak MB/dev"] == "100 / 100"
+    section = text.split("## Utilisation and memory per device", 1)[1]
+    assert "a made-up peak" in section and "made-up memory" in section
+    assert "3 x the forward pass" in section and "1.96 sd / sqrt(n)" in section
+    # the terminal's table, within 80 columns: the GFLOP per sample in its title
+    import io
+    from rich.console import Console
+    from common.reports import utilisation as util_report
+    buf = io.StringIO()
+    Console(file=buf, width=80, color_system=None).print(
+        util_report.table(util_report.rows(report.summarize(records), records)))
+    lines = buf.getvalue().splitlines()
+    assert "GFLOP/sample: lenet 0.0135" in lines[0] and max(len(line) for line in lines) <= 80
+    for header in ("img/s", "+-95%", "GFLOP/s", "MFU", "peak MB"):
+        assert header in buf.getvalue(), header
+    assert f"+-{(hi - lo) / 2:,.0f}" in buf.getvalue() and f"{achieved / 50e9:.1%}" in buf.getvalue()
+
+
+# --- a real comparison ---
+
+def test_a_compare_run_fills_the_figures(tmp_path):
+    """PyTorch native mode on 2 CPU devices (a process per device): the CPU peak measured
+    before the worker, the record's FLOPs, MFU against it and each rank's own memory;
+    the worker's own record (a run alone) has no peak, and says why. (One repeat: the
+    interval over repeats is checked on made-up records above.)"""
+    framework = "pytorch"
+    if framework not in covered():
+        pytest.skip("needs PyTorch")
+    proc = run_python(["-m", "benchmarks.compare", "--framework", framework, "--mode", "native",
+                       "--devices", "2", "--dataset", "synthetic", "--steps-per-epoch", "2",
+                       "--epochs", "1", "--threads", str(THREADS),
+                       "--peak-gemm-size", "256", "--out", str(tmp_path), "--no-plots"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    gemm = json.loads((tmp_path / "cpu_peak.json").read_text())
+    assert gemm["size"] == 256 and gemm["threads"] == THREADS and gemm["gflops"] > 0
+    record = json.loads((tmp_path / "pytorch-native-2dev.json").read_text())
+    assert record["flops_per_sample"] == lenet.TRAIN_FLOPS_PER_IMAGE
+    assert record["samples_per_sec_per_device"] == pytest.approx(record["samples_per_sec"] / 2)
+    assert record["peak_flops_per_device"] == pytest.approx(gemm["gflops"] * 1e9 / 2)
+    assert "256x256" in record["peak_flops_source"] and gemm["library"] in record["peak_flops_source"]
+    assert record["mfu"] == pytest.approx(record["flops_per_sec_per_device"]
+                                          / record["peak_flops_per_device"])
+    memory = record["peak_memory_mb_per_device"]
+    assert len(memory) == 2 and all(m > 50 for m in memory), memory
+    assert max(memory) <= record["peak_memory_mb"] + 1e-6      # peak_memory_mb: the largest
+    assert "each rank its own" in record["peak_memory_per_device_source"]
+    alone = json.loads((tmp_path / "logs" / "pytorch-native-2dev-r1.json").read_text())
+    assert alone["mfu"] is None and alone["mfu_note"] == utilisation.NO_CPU_PEAK
+    assert alone["flops_per_sec_per_device"] > 0
+    row, = utilisation_rows((tmp_path / "report.md").read_text())
+    assert row["95% interval"] == "-" and row["MFU"] == f"{record['mfu']:.1%}", row
+    assert row["peak MB/dev"] == " / ".join(f"{m:,.0f}" for m in memory), row
+
+
+def test_peak_gemm_size_rejects_bad_input(capsys):
+    from benchmarks import compare
+    try:
+        code = compare.main(["--peak-gemm-size", "-1", "--dataset", "synthetic"])
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "-1 must be 0 or more" in err[0], err
+
+
+def test_the_cpu_peak_is_kept_in_the_folder(tmp_path):
+    """Measured once per results folder: a kept measurement of the same kind is reused
+    (a --resume measures against the same peak), another kind measured again."""
+    from common.experiments import gemm
+    from common.facts.machine import cpu_model
+    kept = {"gflops": 1.0, "library": "kept", "size": 64, "threads": 1, "cpu_model": cpu_model()}
+    (tmp_path / gemm.PEAK_FILE).write_text(json.dumps(kept))
+    assert gemm.cpu_peak(tmp_path, 1, 64) == kept
+    fresh = gemm.cpu_peak(tmp_path, 1, 32)           # another size: measured now
+    assert fresh["library"] != "kept" and fresh["size"] == 32 and fresh["gflops"] > 0
+    assert json.loads((tmp_path / gemm.PEAK_FILE).read_text()) == fresh
