@@ -433,9 +433,10 @@ class Backend(ABC):
     def stage_backward(self, replica: Replica, tape: Any, grad: Any, first: bool) -> Any:
         """Backward through one stage: `grad` is the gradient of its output (None at the
         last stage: the loss). The parameters' gradients add up in the replica's
-        gradients over micro-batches (`first`: the first backward of the step, which
-        starts them from zero). Returns the gradient of the stage's input (None for the
-        first stage)."""
+        gradients over micro-batches (`first`: this stage's first backward of the step,
+        micro-batch M-1 with GPipe and 0 with 1F1B, which starts them from zero where the
+        backend keeps the sums itself). Returns the gradient of the stage's input (None
+        for the first stage)."""
         raise NotApplicable(f"{self.name} has no pipeline stages yet")
 
     def stage_sgd(self, replica: Replica, scale: float) -> None:
