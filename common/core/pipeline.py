@@ -317,7 +317,6 @@ class PipelineTrainer(Trainer):
         self.batch, self.bounds, self.steps = None, None, 0
         self.tape_bytes: dict[tuple[int, int], int] = {}     # (stage, rows) -> one tape's bytes
         self.tape_bytes_by = None                            # measured by what (None: calculated)
-        self.spans: list[dict] = []
         self._reset_figures()
 
     def _reset_figures(self) -> None:
@@ -325,6 +324,7 @@ class PipelineTrainer(Trainer):
         # per local stage, the most tapes (micro-batches) and tape bytes held at once
         self.peak_tapes = dict.fromkeys(self.local, 0)
         self.peak_bytes = dict.fromkeys(self.local, 0)
+        self.spans: list[dict] = []
         self.step_start = None
 
     @property

@@ -568,7 +568,7 @@ def step_bubble(spans: dict) -> float | None:
     return 1 - busy / (len(spans["lanes"]) * spans["wall"])
 
 
-def schedule_plots(records: list[dict], out_dir: Path, suffix: str = "") -> list[Path]:
+def schedule_plots(records: list[dict], out_dir: Path) -> list[Path]:
     """The pipeline's schedule as measured: for each framework, model and stage count, a
     panel per model-mode record with spans (its last step), stages x time, each
     micro-batch a colour, forwards solid, backwards hatched, hand-overs thin and grey,
@@ -608,7 +608,7 @@ def schedule_plots(records: list[dict], out_dir: Path, suffix: str = "") -> list
             ax.set_ylim(len(spans["lanes"]) - 0.5, -0.5)       # stage 0 on top
             held = r.get("stage_peak_micro_batches")
             ax.set_title(f"{r.get('schedule') or 'gpipe'}, M = {r.get('micro_batches')}, "
-                         f"{r.get('processes')} process(es): step {spans['wall'] * 1e3:.1f} ms "
+                         f"{r.get('processes')} process(es): step {(spans['wall'] or 0) * 1e3:.1f} ms "
                          f"(step {spans['step']}), bubble {_fmt2(step_bubble(spans))} in this "
                          f"step ({_fmt2(r.get('bubble'))} median), formula "
                          f"{_fmt2(r.get('bubble_gpipe'))}; "
@@ -622,7 +622,7 @@ def schedule_plots(records: list[dict], out_dir: Path, suffix: str = "") -> list
                           title="colour: micro-batch", title_fontsize=6)
         fig.suptitle(f"{framework} {model}, {k} stages: the last step's schedule as measured",
                      fontsize=9)
-        written.append(save_figure(plt, fig, out_dir / f"schedule-{model}-{framework}-{k}stages{suffix}.png"))
+        written.append(save_figure(plt, fig, out_dir / f"schedule-{model}-{framework}-{k}stages.png"))
     return written
 
 
