@@ -27,7 +27,8 @@ from common.core.modes import MODES
 from common.reports.runs import colour, machine_lines, save_figure, timing
 from common.results.record import RecordError, load_records
 
-from .cli import Parser, UsageError, fraction, int_list, names, positive, positive_float
+from .cli import (Parser, UsageError, fraction, int_list, names, non_negative, positive,
+                  positive_float)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default="fashion-mnist", choices=("fashion-mnist", "synthetic"))
     p.add_argument("--steps-per-epoch", type=positive, default=None)
     p.add_argument("--out", default=None, help="results folder (default: results/sweep-<time>)")
+    p.add_argument("--peak-gemm-size", type=non_negative, default=None, metavar="N",
+                   help="passed on to each compare run (its CPU peak's product; 0: not measured)")
     return p
 
 
@@ -75,6 +78,8 @@ def main(argv=None) -> int:
                "--no-plots", "--out", str(out / f"b{b}")]
         if args.steps_per_epoch:
             cmd += ["--steps-per-epoch", str(args.steps_per_epoch)]
+        if args.peak_gemm_size is not None:
+            cmd += ["--peak-gemm-size", str(args.peak_gemm_size)]
         print(f"batch {b}, lr {lr:g}:", " ".join(cmd[1:]), flush=True)
         done = subprocess.run(cmd, cwd=ROOT)
         if done.returncode == 2:

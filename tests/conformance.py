@@ -518,19 +518,26 @@ def model_mode_matches_oracle(b, name):
 
 @check(needs="model")
 def model_mode_equals_one_device(b, name):
-    """A 2-stage step equals the 1-device step (the native trainer on one device) where
-    it must: LeNet for every M, ResNet-18 with M = 1."""
+    """A 2-stage step equals the 1-device step where it must: LeNet for every M (the
+    native trainer on one device, to float32's last bits), ResNet-18 with M = 1 (the
+    oracle on the full batch, the arithmetic of the 1-device step that
+    native_trainer_matches_oracle holds every framework's to: a native trainer of its
+    own here would cost one more compilation, 8 s in JAX, and check nothing more)."""
     model, tol = models.get(name), TOLERANCES[name]
     params = _nontrivial_params(model)
     batches = [_batch(ORACLE_BATCH[name], seed=s) for s in range(CHECK_STEPS[name])]
-    one = b.native_trainer(name, params, b.devices(1), CHECK_LR,
-                           registry.default_execution(b.name, "native"))
-    ones = one.losses([one.step(X, y) for X, y in batches])
-    want, want_state = one.replica_params()[0], one.replica_state()[0]
+    if model.STATE_NAMES:
+        ones, want, want_state = _oracle_steps(name, 1, _unbiased(b, name))
+        loss_tol = tol["step_loss"]
+    else:
+        one = b.native_trainer(name, params, b.devices(1), CHECK_LR,
+                               registry.default_execution(b.name, "native"))
+        ones = one.losses([one.step(X, y) for X, y in batches])
+        want, want_state, loss_tol = one.replica_params()[0], one.replica_state()[0], ONE_DEVICE["loss"]
     for M in (1, *MODEL_MICRO_BATCHES[name]) if not model.STATE_NAMES else (1,):
         two = _pipeline(b, name, params, M)
         twos = two.losses([two.step(X, y) for X, y in batches])
-        _close(f"M={M}: step losses, 2 stages vs 1 device", twos, ones, ONE_DEVICE["loss"])
+        _close(f"M={M}: step losses, 2 stages vs 1 device", twos, ones, loss_tol)
         rtol, floor = ((ONE_DEVICE["lenet_params"], 1e-12) if not model.STATE_NAMES else
                        (tol["params"], _update_floor(tol, params, want)))
         for pname, p, w in zip(model.PARAM_NAMES, two.replica_params()[0], want):
