@@ -343,12 +343,14 @@ class PipelineTrainer(Trainer):
         # another rank's stage: on the CPU too (a process per stage only runs without GPUs)
         return f"stage {s} ({self.devices.get(s, self.devices[self.local[0]])})"
 
-    def _span(self, s: int, kind: str, t0: float, t1: float, m: int | None = None,
-              step: int | None = None) -> None:
+    def _new_span(self, s: int, kind: str, t0: float, t1: float, m: int | None,
+                  step: int) -> dict:
         name = kind if m is None else f"{kind}{m}" if len(kind) == 1 else f"{kind} {m}"
-        self.spans.append({"lane": self._lane(s), "name": name, "cat": SPAN_KINDS[kind],
-                           "start": t0, "end": t1, "micro_batch": m,
-                           "step": self.steps if step is None else step})
+        return {"lane": self._lane(s), "name": name, "cat": SPAN_KINDS[kind], "start": t0,
+                "end": t1, "micro_batch": m, "step": step}
+
+    def _span(self, s: int, kind: str, t0: float, t1: float, m: int | None = None) -> None:
+        self.spans.append(self._new_span(s, kind, t0, t1, m, self.steps))
 
     def _forward(self, s: int, r, x, labels, rows: int):
         """stage_forward, the first time at this stage and micro-batch size with its tape's
@@ -526,14 +528,11 @@ class PipelineTrainer(Trainer):
         starts = heads[:, 1] if SHARED_CLOCK else np.full(self.world, heads[0, 1])
         if self.local[0] != 0:
             return []
-        mine, self.spans = self.spans, []
         kinds = list(SPAN_KINDS)
-        for r in range(self.world):
-            for s, kind, m, t0, t1 in rows[r, :int(heads[r, 0])]:
-                self._span(int(s), kinds[int(kind)], starts[r] + t0, starts[r] + t1,
-                           None if m < 0 else int(m), step=int(heads[r, 2]))
-        every, self.spans = sorted(self.spans, key=lambda x: x["start"]), mine
-        return every
+        every = [self._new_span(int(s), kinds[int(kind)], starts[r] + t0, starts[r] + t1,
+                                None if m < 0 else int(m), int(heads[r, 2]))
+                 for r in range(self.world) for s, kind, m, t0, t1 in rows[r, :int(heads[r, 0])]]
+        return sorted(every, key=lambda x: x["start"])
 
     def spans_record(self, spans: list[dict]) -> dict | None:
         """The last step's spans, compactly, for the record: the lanes, and per span [lane

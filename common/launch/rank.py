@@ -24,6 +24,7 @@ from common.core.plan import RunConfig  # noqa: E402
 from common.facts import data as data_mod, registry  # noqa: E402
 from common.launch import launcher, progress  # noqa: E402
 from common.results import trace, utilisation  # noqa: E402
+from common.results.record import write_rank_part  # noqa: E402
 
 
 def rank_main(cfg: RunConfig, result_path: Path, tell: bool = True) -> None:
@@ -59,8 +60,8 @@ def rank_main(cfg: RunConfig, result_path: Path, tell: bool = True) -> None:
         # every rank its own memory, beside the result (common.launch.run gathers them)
         mb, source = utilisation.memory_per_device(devices, backend.device_peak_memory_mb(),
                                                    utilisation.own_rss_mb())
-        Path(result_path).with_name(f"memory-rank{rank.rank}.json").write_text(
-            json.dumps({"rank": rank.rank, "mb": mb, "source": source}))
+        write_rank_part(Path(result_path).parent, "memory", rank.rank,
+                        {"rank": rank.rank, "mb": mb, "source": source})
         if first:
             result["peak_flops_device"] = utilisation.device_peak(backend, devices[0])
             result["device_names"] = (devices if held > 1 else [

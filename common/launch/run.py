@@ -22,7 +22,7 @@ from common.facts.machine import env_info, framework_version
 from common.launch import launcher, nodes, progress
 from common.launch.rank import _rank_main
 from common.results import trace, utilisation
-from common.results.record import mark_not_installed, new_record
+from common.results.record import mark_not_installed, new_record, read_rank_parts
 
 
 def _max_rss_mb() -> float:
@@ -87,7 +87,7 @@ def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> d
                                 env={"OMP_NUM_THREADS": str(threads)}, cores=cores)
                 result = json.loads(path.read_text())
                 parts = trace.read_parts(tmp)
-                memory = utilisation.combine_ranks(_rank_memory(Path(tmp)))
+                memory = utilisation.combine_ranks(read_rank_parts(tmp, "memory"))
             record["device_names"] = result.pop("device_names")
             peak = result.pop("peak_memory_mb_device")
         else:
@@ -112,11 +112,6 @@ def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> d
             record.update(status="failed", error=f"listed as a known gap ({gap}) but it ran; "
                                                  "update its `lacks` in common/facts/registry.py")
     return record
-
-
-def _rank_memory(folder: Path) -> list[dict]:
-    """What each rank wrote of its memory (common.launch.rank) into a run's folder."""
-    return [json.loads(p.read_text()) for p in folder.glob("memory-rank*.json")]
 
 
 def _finish(record: dict, result: dict, facts: registry.Framework, processes: int,
@@ -190,7 +185,7 @@ def _run_nodes(cfg: RunConfig, record: dict, mode, tell: bool, trace_path: Path 
         with tempfile.TemporaryDirectory(prefix="dl-compare-nodes-") as tmp:
             results = nodes.run(cfg, cluster, Path(tmp), say, cores)
             parts = trace.read_parts(tmp)      # this machine's ranks
-            memory = utilisation.combine_ranks(_rank_memory(Path(tmp)))
+            memory = utilisation.combine_ranks(read_rank_parts(tmp, "memory"))
         result = results[0]
         record["node_sec_per_epoch"] = [r["sec_per_epoch"] for r in results]
         record["device_names"] = result.pop("device_names")

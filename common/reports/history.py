@@ -124,19 +124,12 @@ def against(records: list[dict], history: list[dict], last: int = 1,
         if not base:
             missing.append(row)
             continue
-        before = statistics.median(e["row"]["sec_per_epoch_median"] for e in base)
-        after = row["sec_per_epoch_median"]
         band = max(noise, row["sec_per_epoch_spread"] or 0.0,
                    *(e["row"].get("sec_per_epoch_spread") or 0.0 for e in base))
-        ratio = after / before
         commits = list(dict.fromkeys(str(e.get("commit")) for e in base))
-        rows.append({"framework": row["framework"], "model": row["model"],
-                     "mode": row["mode"] + (" sync-bn" if row.get("sync_bn") else "")
-                     + (f" {row['execution']}" if row.get("execution") else ""),
-                     "devices": row["devices"], "before": before, "after": after,
-                     "ratio": ratio, "noise": band,
-                     "verdict": ("slower" if ratio > 1 + band else
-                                 "faster" if ratio < 1 / (1 + band) else "within noise"),
+        rows.append({**runs.comparison_row(
+                         row, statistics.median(e["row"]["sec_per_epoch_median"] for e in base),
+                         row["sec_per_epoch_median"], band),
                      "baseline": f"{len(base)} run(s): " + ", ".join(commits)})
     return rows, missing
 

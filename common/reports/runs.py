@@ -317,6 +317,7 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
     buf = io.StringIO()
     Console(file=buf, width=400, color_system=None).print(table(rows, markdown=True))
     cfg = records[0] if records else {}
+    util_rows = utilisation.rows(rows, records)
     model_names = ", ".join(dict.fromkeys(r.get("model", "lenet") for r in records))
     if cfg.get("batch_per_device"):
         batch = (f"batch {cfg['batch_per_device']} per device (weak scaling: the global batch and "
@@ -334,18 +335,19 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
            else "") + ".", "",
         buf.getvalue().strip(), "",
         *[f"- {line}" for line in definitions(rows, records)], "",
-        *utilisation.markdown_section(rows, records),
-        *_pipeline_section(rows)])
+        *_section("## Utilisation and memory per device", utilisation.table(util_rows, markdown=True),
+                  utilisation.definitions(util_rows)),
+        *_section("## Model mode (pipeline)", pipeline_table(rows, markdown=True),
+                  pipeline_definitions(rows))])
 
 
-def _pipeline_section(rows: list[dict]) -> list[str]:
-    t = pipeline_table(rows, markdown=True)
+def _section(heading: str, t: Table | None, definitions: list[str]) -> list[str]:
+    """A report.md section: the heading, the table, its definitions ([] without a table)."""
     if t is None:
         return []
     buf = io.StringIO()
     Console(file=buf, width=400, color_system=None).print(t)
-    return ["## Model mode (pipeline)", "", buf.getvalue().strip(), "",
-            *[f"- {line}" for line in pipeline_definitions(rows)], ""]
+    return [heading, "", buf.getvalue().strip(), "", *[f"- {line}" for line in definitions], ""]
 
 
 def definitions(rows: list[dict], records: list[dict]) -> list[str]:
@@ -661,17 +663,22 @@ def compare_folders(before: list[dict], after: list[dict], noise: float = DEFAUL
         a = old.get(_key(r))
         if r["status"] != "ok" or a is None:
             continue
-        ta, tb = timing(a)["sec"], timing(r)["sec"]
-        band = max(noise, _spread(a), _spread(r))
-        ratio = tb / ta
-        verdict = ("slower" if ratio > 1 + band else "faster" if ratio < 1 / (1 + band)
-                   else "within noise")
-        rows.append({"framework": r["framework"], "model": r.get("model", "lenet"),
-                     "mode": r["mode"] + (" sync-bn" if r.get("sync_bn") else "")
-                     + (f" {r['execution']}" if r.get("execution") else ""),
-                     "devices": r["devices"], "before": ta, "after": tb, "ratio": ratio,
-                     "noise": band, "verdict": verdict})
+        rows.append(comparison_row(r, timing(a)["sec"], timing(r)["sec"],
+                                   max(noise, _spread(a), _spread(r))))
     return rows
+
+
+def comparison_row(r: dict, before: float, after: float, band: float) -> dict:
+    """A row of a comparison (compare_folders; the history's gate): a run's sec/epoch
+    after over before, slower or faster when the ratio leaves the noise band."""
+    ratio = after / before
+    return {"framework": r["framework"], "model": r.get("model") or "lenet",
+            "mode": r["mode"] + (" sync-bn" if r.get("sync_bn") else "")
+            + (f" {r['execution']}" if r.get("execution") else ""),
+            "devices": r["devices"], "before": before, "after": after, "ratio": ratio,
+            "noise": band,
+            "verdict": ("slower" if ratio > 1 + band else "faster" if ratio < 1 / (1 + band)
+                        else "within noise")}
 
 
 def comparison_table(rows: list[dict], markdown: bool = False) -> Table:

@@ -4,10 +4,7 @@ peak and MFU, and peak memory per device; with the lines that define them and na
 peaks. Rendered from the summary rows (common.reports.runs.summarize) and their records."""
 from __future__ import annotations
 
-import io
-
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -154,15 +151,3 @@ def definitions(util_rows: list[dict]) -> list[str]:
                  "largest device's). peak MB in the table above keeps its meaning: the largest "
                  "device's allocator peak on GPUs, else the process's max RSS.")
     return lines
-
-
-def markdown_section(summary: list[dict], records: list[dict]) -> list[str]:
-    """The report.md section: a heading, the table, the definitions ([] without a row)."""
-    util_rows = rows(summary, records)
-    t = table(util_rows, markdown=True)
-    if t is None:
-        return []
-    buf = io.StringIO()
-    Console(file=buf, width=400, color_system=None).print(t)
-    return ["## Utilisation and memory per device", "", buf.getvalue().strip(), "",
-            *[f"- {line}" for line in definitions(util_rows)], ""]

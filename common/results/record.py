@@ -100,6 +100,19 @@ def write_atomic(path: str | os.PathLike, data) -> None:
     os.replace(tmp, path)
 
 
+def write_rank_part(folder: str | os.PathLike, kind: str, rank: int, data) -> None:
+    """What a rank leaves in `folder` for the process that started the ranks to read
+    (kind: what it is, e.g. its timeline or its memory)."""
+    write_atomic(Path(folder) / f"{kind}-rank{rank}.json", data)
+
+
+def read_rank_parts(folder: str | os.PathLike, kind: str) -> list:
+    """Every rank's `kind` part that write_rank_part left in `folder`, in rank order."""
+    paths = sorted(Path(folder).glob(f"{kind}-rank*.json"),
+                   key=lambda p: int(p.stem.rsplit("-rank", 1)[1]))
+    return [json.loads(p.read_text()) for p in paths]
+
+
 def record_filename(record: dict) -> str:
     model = "" if record.get("model", "lenet") == "lenet" else f"{record['model']}-"
     sync = "-syncbn" if record.get("sync_bn") else ""

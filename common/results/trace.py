@@ -13,12 +13,10 @@ only some frameworks have one, each names and cuts its events its own way, so on
 format for every framework is the only one whose spans can be set side by side."""
 from __future__ import annotations
 
-import json
 import math
 import os
-from pathlib import Path
 
-from common.results.record import write_atomic
+from common.results.record import read_rank_parts, write_atomic, write_rank_part
 
 SPAN_KEYS = ("lane", "name", "cat", "start", "end")
 # what a traced record and trace file say of their times
@@ -28,7 +26,6 @@ ALIGNMENT = ("each process clocks its own spans; they are aligned on a common ma
              "start of each process's first timed epoch (the warm-up's last collective "
              "step brings the processes together just before it), so spans of different "
              "processes compare to within their skew at that mark")
-PART = "trace-rank{}.json"      # one rank's events, merged by the process that started it
 
 
 class TraceError(ValueError):
@@ -147,11 +144,9 @@ def write(path: str | os.PathLike, trace: dict) -> None:
 
 def write_part(folder: str | os.PathLike, rank: int, events: list[dict]) -> None:
     """One rank's events, for the process that started the ranks to merge."""
-    write_atomic(Path(folder) / PART.format(rank), events)
+    write_rank_part(folder, "trace", rank, events)
 
 
 def read_parts(folder: str | os.PathLike) -> list[list[dict]]:
     """Every rank's events that write_part left in `folder`, in rank order."""
-    paths = sorted(Path(folder).glob(PART.format("*")),
-                   key=lambda p: int(p.stem.removeprefix("trace-rank")))
-    return [json.loads(p.read_text()) for p in paths]
+    return read_rank_parts(folder, "trace")
