@@ -1,5 +1,6 @@
 # make compare : set everything up, then compare every framework on Fashion-MNIST
 # make test    : set everything up, then run the whole test suite
+# make test-kernel-paths : the whole suite once per CPU kernel path (docs/testing.md)
 VENV   ?= .venv
 PYTHON ?= python3
 PY     := $(VENV)/bin/python
@@ -7,7 +8,7 @@ STAMP  := $(VENV)/.installed
 FMNIST := /usr/share/datasets/fashion-mnist
 ARGS   ?=
 
-.PHONY: compare test install data clean
+.PHONY: compare test test-kernel-paths install data clean
 
 install: $(STAMP)
 
@@ -33,6 +34,11 @@ compare: $(STAMP) data
 # they share their cached runs.
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile $(ARGS)
+
+# The suite under each kernel path this CPU can run (the machine's own, torch's dispatch
+# capped at default / avx2 / avx512, oneDNN capped at AVX2): about five times make test
+test-kernel-paths: $(STAMP)
+	$(PY) -m tests.kernel_paths $(ARGS)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

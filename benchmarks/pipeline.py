@@ -36,7 +36,7 @@ from common import models
 from common.facts import registry
 from common.core.pipeline import SCHEDULES, PipelineTrainer
 from common.core.plan import RunConfig
-from common.facts.machine import env_info
+from common.facts.machine import cpu_line, env_info
 from common.launch import launcher
 from common.reports.runs import schedule_plots
 
@@ -111,7 +111,7 @@ def report(records: list[dict], units: dict, env: dict, load: tuple, command: st
            wall: float) -> str:
     lines = ["# Model mode (pipeline) against the native 1-device step", "",
              f"Command: `{command}` ({wall / 60:.1f} min)", "",
-             f"Machine: {env['cpu_model']} ({env['cpu_count']} CPUs, `lscpu`), GPU: "
+             f"Machine: {cpu_line(env)}; GPU: "
              f"{env.get('gpu_model') or 'none'}; load average {load[0]} before, {load[1]} after "
              "(a machine shared with other work: figures move by 10-40 % from run to run)",
              "Libraries: " + ", ".join(f"{k} {v}" for k, v in env["libraries"].items()), ""]

@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks.runner import worker_env
 from common.facts import registry
+from common.facts.machine import cpu_info, cpu_line
 
 ROOT = Path(__file__).resolve().parent.parent
 # Threads of every framework process the tests start: `make test` runs two test files at
@@ -206,6 +207,13 @@ def worker_record(tmp_path_factory):
             cache[key] = json.loads(out.read_text())
         return cache[key]
     return get
+
+
+def pytest_report_header(config):
+    """Where the tests ran, first thing in the output: a red run on an unfamiliar machine
+    names its CPU, its vector extensions and the kernel-path variables that were set,
+    which decide float rounding (docs/testing.md, "CPU kinds and kernel paths")."""
+    return "CPU: " + cpu_line(cpu_info())
 
 
 # The longest test files go first: `make test` runs a file at a time in each of two

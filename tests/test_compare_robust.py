@@ -2,8 +2,10 @@
 another configuration, --resume, --repeat, the default run, and the plots. Quick:
 synthetic data and a few steps, or made-up records with the worker replaced."""
 import json
+import math
 import os
 
+import numpy as np
 import pytest
 
 from benchmarks import compare
@@ -168,6 +170,10 @@ def test_repeat_2_gives_two_figures_per_row(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((tmp_path / f"{fw}-scratch-1dev.json").read_text())
     assert len(record["repeats"]) == 2
+    # where it ran, in the record and the report (tests/test_machine.py)
+    env = record["env"]
+    assert env["cpu_vector_extensions"] and isinstance(env["kernel_path_env"], dict)
+    assert env["cpu_vector_extensions"] in (tmp_path / "report.md").read_text()
     assert all(len(r["sec_per_epoch"]) == 1 for r in record["repeats"])
     row = next(line for line in (tmp_path / "report.md").read_text().splitlines()
                if line.startswith(f"| {fw}"))
@@ -176,24 +182,41 @@ def test_repeat_2_gives_two_figures_per_row(tmp_path):
 
 # -- the default run ---------------------------------------------------------------------
 
-LEARNING_STEPS = 40
+# The default's point (Glorot weights, lr 0.2, batch 256: it learns in the first epoch
+# where the chapter's N(0, 0.01^2) weights sit on the ln 10 plateau), held by a quantity
+# that float rounding cannot flip. *When* a run leaves the plateau is chaotic: 40 steps of
+# the default on the synthetic data end at test accuracy 0.10-0.30 and 60 steps at
+# 0.10-0.56, depending on the CPU's kernels (an Intel Xeon with AVX-512 stayed at 0.104
+# after 40; here ONEDNN_MAX_CPU_ISA=SSE41 with ATEN_CPU_CAPABILITY=default and
+# MKL_ENABLE_INSTRUCTIONS=SSE4_2 gave 0.098 after 60). The descent that leads there is
+# not: the mean training loss of steps 21-40 lies 0.118-0.146 below ln 10, measured over
+# 16 runs (the CPU's own kernels; ATEN_CPU_CAPABILITY=default; ONEDNN_MAX_CPU_ISA=SSE41;
+# MKL_ENABLE_INSTRUCTIONS=SSE4_2; all three at once; 2 threads; and 10 starts whose
+# weights were perturbed by a relative 1e-6, which stands for any other CPU's rounding),
+# on a 2-core AMD EPYC with AVX2 (no AVX-512). The planted defaults, in the same 16 runs:
+# the chapter's weights 0.0001 (still on the plateau), a learning rate 10x too small
+# 0.0115. The bound sits 2.4x from both.
+PLATEAU_STEPS = 40
+PLATEAU_WINDOW = slice(20, 40)      # steps 21-40: the first 20 barely move from ln 10
+DESCENT = 0.05
 
 
-def test_the_default_leaves_the_plateau_and_the_chapters_init_does_not_yet(worker_record):
-    """The default run's settings (init, lr, batch), 40 steps on the synthetic data: test
-    accuracy well above chance (0.30 measured), the default's point. The planted
-    default, the chapter's N(0, 0.01^2) weights, is still on the ln 10 plateau there
-    (0.104), as it is for about an epoch of Fashion-MNIST, and fails the same bound."""
+def test_the_default_descends_from_the_plateau_and_the_planted_defaults_do_not(worker_record):
     args = compare.build_parser().parse_args([])
     assert args.devices is None and compare.CPU_DEFAULT_DEVICES == [1]   # no shared-core devices
 
-    def accuracy(init):
-        record = worker_record("pytorch", "scratch", 1, "lenet", steps=LEARNING_STEPS, init=init,
-                               lr=args.lr, batch_size=args.batch_size, eval_samples=1000)
+    def descent(**planted):
+        run = {"init": args.init, "lr": args.lr, **planted}
+        # (evaluation is not read: a few images)
+        record = worker_record("pytorch", "scratch", 1, "lenet", steps=PLATEAU_STEPS,
+                               batch_size=args.batch_size, eval_samples=64, **run)
         assert record["status"] == "ok", record["error"]
-        return record["test_accuracy"]
-    assert accuracy(args.init) > report.PLATEAU_ACCURACY
-    assert accuracy("chapter") <= report.PLATEAU_ACCURACY < accuracy(args.init)
+        losses = record["step_losses"]
+        assert len(losses) == PLATEAU_STEPS
+        return math.log(10) - float(np.mean(losses[PLATEAU_WINDOW]))
+    assert descent() > DESCENT
+    assert descent(init="chapter") < DESCENT            # planted: the chapter's weights
+    assert descent(lr=args.lr / 10) < DESCENT           # planted: a learning rate too small
 
 
 @pytest.mark.parametrize("accuracies,run,says", [

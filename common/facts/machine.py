@@ -14,14 +14,69 @@ from pathlib import Path
 from common.facts import registry
 
 
-def cpu_model() -> str:
+# The instruction-set extensions that pick a CPU's kernels, and so its float rounding
+# (docs/testing.md): lscpu's names, and the /proc/cpuinfo flags that make each one.
+VECTOR_EXTENSIONS = {"AVX2": "avx2", "AVX-512": "avx512", "AMX": "amx_"}
+# The variables that cap or choose those kernels: torch's dispatch, oneDNN (torch,
+# TensorFlow, Paddle), MKL, OpenBLAS (NumPy), TensorFlow's oneDNN switch, XLA (JAX).
+KERNEL_PATH_VARS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+                    "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "OPENBLAS_CORETYPE",
+                    "TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS")
+
+
+def _cpuinfo_field(name: str) -> str | None:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(name):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_flags() -> set[str]:
+    return set((_cpuinfo_field("flags") or "").split())
+
+
+def cpu_vector_extensions(flags: set[str] | None = None) -> str:
+    """The CPU's vector extensions as lscpu names them, each with the flags that make it
+    (e.g. "AVX2, AVX-512 (avx512f avx512bw ... avx512_fp16), no AMX"); "unknown" where
+    /proc/cpuinfo has no flags (not Linux on x86)."""
+    flags = cpu_flags() if flags is None else flags
+    if not flags:
+        return "unknown"
+    parts = []
+    for name, prefix in VECTOR_EXTENSIONS.items():
+        have = sorted(f for f in flags if f.startswith(prefix))
+        if not have:
+            parts.append(f"no {name}")
+        elif have == [prefix]:
+            parts.append(name)
+        else:
+            parts.append(f"{name} ({' '.join(have)})")
+    return ", ".join(parts)
+
+
+def kernel_path_env(environ=None) -> dict[str, str]:
+    """The kernel-path variables that are set (an empty dict: every library picks the
+    CPU's own best kernels)."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in KERNEL_PATH_VARS if k in environ}
+
+
+def cpu_line(env: dict) -> str:
+    """Where a run went, in one line, from an env record (env_info()): the CPU model, its
+    vector extensions and the kernel-path variables that were set."""
+    paths = env.get("kernel_path_env")
+    paths = ("none set" if paths == {} else "not recorded" if paths is None else
+             " ".join(f"{k}={v}" for k, v in paths.items()))
+    return (f"{env.get('cpu_model', '?')} ({env.get('cpu_count', '?')} CPUs; "
+            f"{env.get('cpu_vector_extensions') or 'vector extensions not recorded'}); "
+            f"kernel-path variables: {paths}")
+
+
+def cpu_model() -> str:
+    return _cpuinfo_field("model name") or platform.processor() or platform.machine()
 
 
 @functools.lru_cache(maxsize=1)
@@ -84,14 +139,19 @@ def commit() -> str | None:
     return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
+def cpu_info() -> dict:
+    """The CPU part of env_info(): what cpu_line() prints."""
+    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+            "cpu_vector_extensions": cpu_vector_extensions(), "kernel_path_env": kernel_path_env()}
+
+
 def env_info() -> dict:
     """Where a figure was measured."""
     dists = ["numpy", *dict.fromkeys(d for f in registry.FRAMEWORKS.values() for d in f.dists)]
     return {
         "python": platform.python_version(),
         "os": platform.platform(),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
+        **cpu_info(),
         "gpu_model": gpu_model(),
         "libraries": {d: v for d in dists if (v := version(d))},
         "cxx": cxx(),

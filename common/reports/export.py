@@ -61,6 +61,14 @@ DERIVED = {
                       lambda r, t, row: max(r["stage_sec"]) if r.get("stage_sec") else None),
     "cpu_model": ("the CPU's model name (the record's env)", _env("cpu_model")),
     "cpu_count": ("the machine's CPU count (env)", _env("cpu_count")),
+    "cpu_vector_extensions": ("the CPU's vector extensions (AVX2, AVX-512, AMX, with their "
+                              "flags), which pick its kernels and so its rounding (env)",
+                              _env("cpu_vector_extensions")),
+    "kernel_path_env": ("the kernel-path variables that were set (ATEN_CPU_CAPABILITY, "
+                        "ONEDNN_MAX_CPU_ISA, ...) as NAME=VALUE, space-separated; empty: none",
+                        lambda r, t, row: " ".join(f"{k}={v}" for k, v in
+                                                   ((r.get("env") or {}).get("kernel_path_env")
+                                                    or {}).items())),
     "gpu_model": ("the GPUs' model names, empty without any (env)", _env("gpu_model")),
     "commit": ("the suite's git commit that measured the run (env; -dirty: with uncommitted "
                "changes)", _env("commit")),

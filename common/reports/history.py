@@ -20,7 +20,8 @@ SCHEMA = 1
 SAME = ("framework", "model", "mode", "execution", "sync_bn", "devices", "nodes", "batch_size",
         "micro_batches", "dataset", "steps_per_epoch_median", "threads", "cores_per_device",
         "cpu_model", "gpu_model")
-MACHINE = ("cpu_model", "cpu_count", "gpu_model", "os", "python", "cxx")
+MACHINE = ("cpu_model", "cpu_count", "cpu_vector_extensions", "kernel_path_env", "gpu_model", "os",
+           "python", "cxx")
 
 
 class HistoryError(ValueError):

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from common.core import modes
 from common.facts import registry
+from common.facts.machine import cpu_line
 from common.facts.registry import NAMES
 from common.reports import utilisation
 from common.results.record import ok_repeats
@@ -25,8 +26,8 @@ def machine_lines(records: list[dict]) -> list[str]:
     """Where the records were measured: the machine and the library versions (two lines)."""
     env = next((r["env"] for r in records if r.get("env")), {}) or {}
     libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items())
-    return [f"Machine: {env.get('cpu_model', '?')} ({env.get('cpu_count', '?')} CPUs), "
-            f"GPU: {env.get('gpu_model') or 'none'}; {env.get('os', '?')}, Python {env.get('python', '?')}",
+    return [f"Machine: {cpu_line(env)}; GPU: {env.get('gpu_model') or 'none'}; "
+            f"{env.get('os', '?')}, Python {env.get('python', '?')}",
             f"Libraries: {libs}; C++ compiler: {env.get('cxx') or 'none'}"]
 
 

@@ -1,0 +1,56 @@
+"""The whole suite once per CPU kernel path: `python -m tests.kernel_paths [PYTEST ARGS]`
+(`make test-kernel-paths`).
+
+The instruction set a CPU offers picks the frameworks' kernels, and the kernels decide
+float rounding, so a check that rests on rounding passes on one CPU kind and fails on
+another (issue 28: AMD EPYC with AVX2, with AVX-512, Intel Xeon with AVX-512). On one
+machine, the libraries' own caps stand in for the others: torch's dispatch
+(ATEN_CPU_CAPABILITY) and oneDNN's (ONEDNN_MAX_CPU_ISA, used by torch, TensorFlow and
+Paddle). A path this CPU cannot run is left out with the reason (torch asked for AVX-512
+on a CPU without it stops with an illegal instruction). Exit 1 if any path failed."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from common.facts.machine import cpu_flags, cpu_info, cpu_line
+
+# (the variables, the /proc/cpuinfo flags the path needs): the machine's own kernels
+# first, then every cap docs/testing.md lists
+PATHS = [({}, ()),
+         ({"ATEN_CPU_CAPABILITY": "default"}, ()),
+         ({"ATEN_CPU_CAPABILITY": "avx2"}, ("avx2",)),
+         ({"ATEN_CPU_CAPABILITY": "avx512"}, ("avx512f", "avx512bw", "avx512vl", "avx512dq")),
+         ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, ("avx2",))]
+
+
+def describe(variables: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in variables.items()) or "the CPU's own kernels"
+
+
+def main(pytest_args: list[str]) -> int:
+    flags = cpu_flags()
+    print("CPU:", cpu_line(cpu_info()), flush=True)
+    results = []
+    for variables, needs in PATHS:
+        missing = [f for f in needs if f not in flags]
+        if missing:
+            results.append((variables, f"left out: this CPU lacks {' '.join(missing)}", True))
+            continue
+        print(f"\n== {describe(variables)} ==", flush=True)
+        env = {**os.environ, **variables}
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile",
+                               *pytest_args], env=env)
+        results.append((variables, f"exit {proc.returncode} after {time.monotonic() - t0:.0f} s",
+                        proc.returncode == 0))
+    print("\nkernel path: outcome")
+    for variables, outcome, ok in results:
+        print(f"  {describe(variables)}: {outcome}{'' if ok else '  FAILED'}")
+    return 0 if all(ok for _, _, ok in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
