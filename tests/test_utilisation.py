@@ -108,10 +108,19 @@ def test_the_cpu_peak_is_shared_by_devices_on_the_same_cores():
     assert utilisation.cpu_peak(fake_record(), {}) == (None, utilisation.NO_CPU_PEAK)
 
 
+# Student's t(0.975, n - 1), from printed tables (not from the code under test)
+T975 = {1: 12.7062, 2: 4.3027, 4: 2.7764}
+
+
 def check_interval(interval95) -> None:
-    # 10, 12, 14: mean 12, sd 2, half-width 1.96 x 2 / sqrt(3)
+    # 10, 12, 14: mean 12, sd 2, half-width t(0.975, 2) x 2 / sqrt(3)
     lo, hi = interval95([10.0, 12.0, 14.0])
-    assert lo == pytest.approx(12 - 1.96 * 2 / math.sqrt(3)) and hi == pytest.approx(12 + 1.96 * 2 / math.sqrt(3))
+    half = T975[2] * 2 / math.sqrt(3)
+    assert lo == pytest.approx(12 - half, rel=1e-4) and hi == pytest.approx(12 + half, rel=1e-4)
+    # 2 repeats, 1 and 3: sd sqrt(2), half-width 12.706 x sqrt(2) / sqrt(2)
+    assert interval95([1.0, 3.0]) == pytest.approx((2 - T975[1], 2 + T975[1]), rel=1e-4)
+    lo, hi = interval95([1.0, 2.0, 3.0, 4.0, 5.0])          # sd sqrt(2.5)
+    assert hi - 3 == pytest.approx(T975[4] * math.sqrt(2.5) / math.sqrt(5), rel=1e-4)
     assert interval95([5.0]) is None and interval95([]) is None
     assert interval95([7.0, 7.0]) == (7.0, 7.0)
 
@@ -120,17 +129,21 @@ def test_the_95_interval_on_known_repeats():
     check_interval(utilisation.interval95)
 
 
-def test_a_planted_interval_fails():
-    """Horovod's mean +- 1.96 sd (the spread of the runs, not the mean's interval)."""
+@pytest.mark.parametrize("planted", ["horovod", "normal"])
+def test_a_planted_interval_fails(planted):
+    """Horovod's mean +- 1.96 sd (the spread of the runs, not the mean's interval), and
+    the normal approximation mean +- 1.96 sd / sqrt(n) (the suite's interval before issue
+    30: 2.2x too narrow at 3 repeats)."""
     import statistics
 
-    def horovod(xs):
+    def interval(xs):
         if len(xs) < 2:
             return None
         m, sd = statistics.fmean(xs), statistics.stdev(xs)
-        return m - 1.96 * sd, m + 1.96 * sd
+        half = 1.96 * sd / (1 if planted == "horovod" else math.sqrt(len(xs)))
+        return m - half, m + half
     with pytest.raises(AssertionError):
-        check_interval(horovod)
+        check_interval(interval)
 
 
 # --- GPUs: the vendor table and the GPU path on faked GPUs ---
@@ -222,7 +235,7 @@ def test_the_report_shows_the_utilisation_columns():
     assert one["peak MB/dev"] == "100" and two["peak MB/dev"] == "100 / 100"
     section = text.split("## Utilisation and memory per device", 1)[1]
     assert "a made-up peak" in section and "made-up memory" in section
-    assert "3 x the forward pass" in section and "1.96 sd / sqrt(n)" in section
+    assert "3 x the forward pass" in section and "Student's t at n - 1" in section
     # the terminal's table, within 80 columns: the GFLOP per sample in its title
     import io
     from rich.console import Console

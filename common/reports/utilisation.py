@@ -135,8 +135,8 @@ def definitions(util_rows: list[dict]) -> list[str]:
         "(convolutions and dense layers only; a multiply-add is 2 FLOPs; forward + backward "
         f"taken as 3 x the forward pass): a calculation, not a measurement ({gflop}).",
         "samples/s/dev: samples/s over the row's devices (from the median sec/epoch); 95% "
-        "interval: of the mean over the repeats' samples/s per device, mean +- 1.96 sd / "
-        "sqrt(n) (the normal approximation, narrower than Student's t with few repeats), "
+        "interval: of the mean over the repeats' samples/s per device, mean +- t sd / "
+        "sqrt(n) with Student's t at n - 1 degrees of freedom (12.7 at 2 repeats, 4.3 at 3), "
         + (f"over the {repeats} repeats" if repeats > 1 else "'-' with one repeat (--repeat N)")
         + " (on the terminal its half-width, +-, about the mean; report.md gives the interval).",
         "GFLOP/s/dev: GFLOP/sample x samples/s/dev, the achieved rate. MFU (model FLOPs "
