@@ -15,7 +15,6 @@ import argparse
 import io
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from rich import box
@@ -27,7 +26,7 @@ from common.core.modes import MODES
 from common.reports.runs import colour, machine_lines, save_figure, timing
 from common.results.record import RecordError, load_records
 
-from .cli import (Parser, UsageError, fraction, int_list, names, non_negative, positive,
+from .cli import (Parser, UsageError, fraction, int_list, names, non_negative, positive, results_dir,
                   positive_float)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +65,7 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"batch_sweep: error: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out or ROOT / "results" / time.strftime("sweep-%Y%m%d-%H%M%S"))
+    out = results_dir(args.out, "sweep-")
     code = 0
     for b in args.batch_sizes:
         lr = args.lr * b / args.base_batch

@@ -9,6 +9,7 @@ import math
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from common.facts import registry
@@ -174,14 +175,22 @@ def recorded_command(out: Path) -> str:
     return path.read_text().strip() if path.exists() else "(unknown)"
 
 
-def run_command(name: str, parser: Parser, argv, resolve, default_out: Path, measure) -> int:
+def results_dir(given: str | None, prefix: str = "") -> Path:
+    """A command's results folder, absolute: --out as given, else results/<prefix><time>
+    under the current directory (never inside the installed package)."""
+    if given:
+        return Path(given).resolve()
+    return Path.cwd() / "results" / time.strftime(f"{prefix}%Y%m%d-%H%M%S")
+
+
+def run_command(name: str, parser: Parser, argv, resolve, out_prefix: str, measure) -> int:
     """main() of a command that writes a results folder: parse argv and resolve(args)
     (bad input: one line on stderr, exit 2, nothing written), claim --out (the one step
     that creates something), then measure(args, resolved, out) holding its lock."""
     try:
         args = parser.parse_args(argv)
         resolved = resolve(args)
-        out = Path(args.out or default_out)
+        out = results_dir(args.out, out_prefix)
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out {out} is a file, not a folder; give a folder")
         lock = claim_out(out)

@@ -17,7 +17,6 @@ import os
 import shlex
 import signal
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,12 +35,11 @@ from common.results import utilisation
 from common.results.record import (FAILED, REPEAT_KEYS, RecordError, mark_not_installed, new_record,
                                    ok_repeats, read_record, record_filename, write_atomic)
 
-from .cli import (LOCK_FILE, Parser, UsageError, claim_out, fraction, lock_holder, names,
+from .cli import (LOCK_FILE, Parser, UsageError, claim_out, fraction, lock_holder, names, results_dir,
                   non_negative, positive, positive_float)
 from .report import render
 from .runner import Interrupts, run_config
 
-ROOT = Path(__file__).resolve().parent.parent
 PLAN_FILE = "comparison.json"      # what a results folder was asked to hold (for --resume)
 # Chosen so that `make compare` on a 2-core CPU ends within 15 minutes and every
 # row shows a model that learned (docs/compare.md, "Defaults, and why"): from the
@@ -510,7 +508,7 @@ def main(argv=None) -> int:
             plan, out = resume_plan(args, _given(parser, argv)), Path(args.resume)
         else:
             plan = Plan.from_args(args, *resolve(args))
-            out = Path(args.out or ROOT / "results" / time.strftime("%Y%m%d-%H%M%S"))
+            out = results_dir(args.out)
         check_out(out, plan, resuming=bool(args.resume))
         lock = claim_out(out)           # last: the one step that creates something
     except UsageError as e:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from rich.console import Console
@@ -114,7 +113,7 @@ def render(out: Path, command: str, console: Console, records: list[dict]) -> No
 def main(argv=None) -> int:
     return run_command("device_scopes", build_parser(), argv,
                        lambda args: names(args.framework, registry.NAMES, "framework"),
-                       ROOT / "results" / time.strftime("scopes-%Y%m%d-%H%M%S"),
+                       "scopes-",
                        lambda args, frameworks, out: _measure(args, argv, frameworks, out))
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from rich.console import Console
@@ -159,7 +158,7 @@ def render(out: Path, command: str, console: Console, plots: bool = True,
 
 def main(argv=None) -> int:
     return run_command("devices", build_parser(), argv, resolve,
-                       ROOT / "results" / time.strftime("devices-%Y%m%d-%H%M%S"),
+                       "devices-",
                        lambda args, chosen, out: _measure(args, argv, *chosen, out))
 
 

@@ -40,7 +40,7 @@ from common.facts.machine import cpu_line, env_info
 from common.launch import launcher
 from common.reports.runs import schedule_plots
 
-from .cli import Parser, UsageError, int_list, names
+from .cli import Parser, UsageError, int_list, names, results_dir
 from .runner import run_config, worker_env
 from .worker import QUIET_ENV
 
@@ -247,7 +247,7 @@ def main(argv=None) -> int:
         return 0
     frameworks = [f for f in (registry.NAMES if args.framework == "all" else args.framework.split(","))
                   if registry.is_installed(f)]
-    out = Path(args.out or ROOT / "results" / time.strftime("pipeline-%Y%m%d-%H%M%S"))
+    out = results_dir(args.out, "pipeline-")
     out.mkdir(parents=True, exist_ok=True)
     start, load0 = time.time(), os.getloadavg()[0]
     records = []

@@ -300,3 +300,32 @@ def test_batch_sweep_records_time_to_accuracy(tmp_path):
     assert "time to test accuracy 0.01" in (out / "sweep.md").read_text().lower()
     assert "must be at most 1" in usage_error(["-m", "benchmarks.compare", "--target-accuracy", "70",
                                                "--dataset", "synthetic"])
+
+
+def test_results_go_under_the_current_directory(tmp_path, monkeypatch):
+    """Every command's default results folder is results/<time> under the current
+    directory, never beside the code (an installed package's folder); --out is made
+    absolute there, since the commands start their workers in the repository."""
+    from benchmarks.cli import results_dir
+    monkeypatch.chdir(tmp_path)
+    default = results_dir(None, "sweep-")
+    assert default.parent == tmp_path / "results" and default.name.startswith("sweep-2")
+    assert results_dir("mine") == tmp_path / "mine"
+
+
+def test_the_dl_compare_command_is_the_compare_module():
+    """`dl-compare`, the console command an install puts beside the interpreter, runs
+    benchmarks.compare: the same one-line error and exit 2 for a bad framework."""
+    import importlib.metadata
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    try:
+        importlib.metadata.distribution("dl-compare")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("the suite runs from a checkout that pip did not install (no console command)")
+    command = shutil.which("dl-compare", path=str(Path(sys.executable).parent))
+    assert command, "dl-compare is not beside this interpreter: reinstall (make install)"
+    proc = subprocess.run([command, "--framework", "nope"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "unknown framework 'nope'" in proc.stderr, proc.stderr
