@@ -15,6 +15,27 @@ import signal
 import sys
 from pathlib import Path
 
+
+def die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent ends. torchrun and Paddle's launcher
+    start their workers in sessions of their own, so a launcher killed hard would leave
+    them running; this ties every rank to the process that started it. Called first,
+    before the imports below: a parent that ended while this process was still importing
+    (a second or more on a busy machine) left it training on without the signal set (seen:
+    a Ctrl-C'd 2-node run left both ranks behind), so a parent gone by the time the signal
+    is set ends this process too."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)    # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent == 1 or os.getppid() != parent:     # orphaned before the signal was set
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    die_with_parent()
+
 if __package__ in (None, ""):      # run as a script: the repository root on the path first
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -81,18 +102,7 @@ def _rank_main(cfg_dict: dict, result_path: str, tell: bool) -> None:
     rank_main(RunConfig(**cfg_dict), Path(result_path), tell)
 
 
-def die_with_parent() -> None:
-    """Linux: SIGKILL this process when its parent ends. torchrun and Paddle's launcher
-    start their workers in sessions of their own, so a launcher killed hard would leave
-    them running; this ties every rank to the process that started it."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)    # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def main(argv: list[str]) -> int:
-    die_with_parent()
     cfg_json, out_dir, role = argv
     cfg = RunConfig(**json.loads(cfg_json))
     if role in ("server", "scheduler"):
