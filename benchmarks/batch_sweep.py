@@ -26,8 +26,8 @@ from common.core.modes import MODES
 from common.reports.runs import colour, machine_lines, save_figure, timing
 from common.results.record import RecordError, load_records
 
-from .cli import (Parser, UsageError, fraction, int_list, names, non_negative, positive, results_dir,
-                  positive_float)
+from .cli import (Parser, UsageError, fraction, int_list, names, non_negative, positive,
+                  positive_float, results_dir)
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -35,8 +35,8 @@ from common.results import utilisation
 from common.results.record import (FAILED, REPEAT_KEYS, RecordError, mark_not_installed, new_record,
                                    ok_repeats, read_record, record_filename, write_atomic)
 
-from .cli import (LOCK_FILE, Parser, UsageError, claim_out, fraction, lock_holder, names, results_dir,
-                  non_negative, positive, positive_float)
+from .cli import (LOCK_FILE, Parser, UsageError, claim_out, fraction, lock_holder, names,
+                  non_negative, positive, positive_float, results_dir)
 from .report import render
 from .runner import Interrupts, run_config
 
