@@ -5,18 +5,29 @@ VENV   ?= .venv
 PYTHON ?= python3
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# Frameworks whose pins cannot share the main environment each get one of their own,
+# .venv-NAME built from constraints-NAME.txt with the extra NAME; the suite starts
+# their processes with its interpreter (`environment` in common/facts/registry.py)
+ENVS   := mxnet
+STAMPS := $(STAMP) $(foreach e,$(ENVS),$(VENV)-$(e)/.installed)
 FMNIST := /usr/share/datasets/fashion-mnist
 ARGS   ?=
 
 .PHONY: compare test test-kernel-paths install data clean
 
-install: $(STAMP)
+install: $(STAMPS)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[all,test]'
-	touch $(STAMP)
+	touch $@
+
+$(VENV)-%/.installed: pyproject.toml constraints-%.txt
+	$(PYTHON) -m venv $(VENV)-$*
+	$(VENV)-$*/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)-$*/bin/python -m pip install --quiet -c constraints-$*.txt -e '.[$*]'
+	touch $@
 
 # Real Fashion-MNIST from Debian's package; without it, compare looks in the user's
 # cache and then downloads from the dataset's mirror (see docs/data.md).
@@ -25,20 +36,20 @@ data:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist; } || \
 	  echo "note: could not install Debian's dataset-fashion-mnist; compare will look elsewhere"
 
-compare: $(STAMP) data
+compare: $(STAMPS) data
 	$(PY) -m benchmarks.compare --framework all $(ARGS)
 
 # Two test files at a time: most of a test's time is a framework's import and start-up
 # in a process of its own, which a second file's work overlaps on 2 cores (the measured
 # times are in docs/testing.md); a file's tests stay together (--dist loadfile), since
 # they share their cached runs.
-test: $(STAMP)
+test: $(STAMPS)
 	$(PY) -m pytest -n 2 --dist loadfile $(ARGS)
 
 # The suite under each kernel path this CPU can run (the machine's own, torch's dispatch
 # capped at default / avx2 / avx512, oneDNN capped at AVX2): about five times make test
-test-kernel-paths: $(STAMP)
+test-kernel-paths: $(STAMPS)
 	$(PY) -m tests.kernel_paths $(ARGS)
 
 clean:
-	rm -rf $(VENV) results .pytest_cache
+	rm -rf $(VENV) $(foreach e,$(ENVS),$(VENV)-$(e)) results .pytest_cache

@@ -72,7 +72,7 @@ def run_framework(cfg: dict, out: Path, timeout: int, stop: Interrupts) -> tuple
 
     log = out / "logs" / f"{fw}.log"
     ex = run_worker(["-m", "benchmarks.device_scopes_worker", json.dumps(cfg), str(out)], log,
-                    timeout, on_line, env=env, cwd=ROOT, stop=stop)
+                    timeout, on_line, env=env, cwd=ROOT, stop=stop, python=registry.python(fw))
     if ex.interrupted:
         why, status = "stopped by the user before it finished", "interrupted"
     elif ex.timed_out:

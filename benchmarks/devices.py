@@ -92,7 +92,8 @@ def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, 
         log = out / "logs" / f"{framework}{'' if attempt == 1 else f'-{attempt}'}.log"
         argv = ["-m", "benchmarks.devices_worker",          # run_worker prepends python
                 json.dumps({**cfg, "framework": framework, "experiments": remaining}), str(out)]
-        ex = run_worker(argv, log, timeout * len(remaining), on_line, env=env, cwd=ROOT, stop=stop)
+        ex = run_worker(argv, log, timeout * len(remaining), on_line, env=env, cwd=ROOT, stop=stop,
+                        python=registry.python(framework))
         for name in state["begun"]:
             path = out / record_filename(framework, name)
             if path.exists() and name != state["current"]:

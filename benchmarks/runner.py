@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from common.facts import registry
 from common.launch.launcher import ROOT, child_env, log_tail
 
 from .worker import QUIET_ENV
@@ -72,12 +73,13 @@ def _kill(proc: subprocess.Popen) -> None:
 
 def run_worker(argv: list[str], log_path: Path, timeout: float, on_line: Callable[[str], None],
                env: dict | None = None, cwd: Path | None = None,
-               stop: Interrupts | None = None) -> WorkerExit:
+               stop: Interrupts | None = None, python: str | None = None) -> WorkerExit:
     """Run `python argv...` with stderr to log_path, calling on_line for each stdout line,
-    until it exits, `timeout` seconds pass or `stop` catches a signal."""
+    until it exits, `timeout` seconds pass or `stop` catches a signal. `python`: the
+    interpreter (a framework's: common.facts.registry.python), this one by default."""
     lines: queue.Queue = queue.Queue()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=log,
+        proc = subprocess.Popen([python or sys.executable, *argv], stdout=subprocess.PIPE, stderr=log,
                                 text=True, env=env, cwd=cwd, start_new_session=True)
 
         def read():
@@ -126,7 +128,7 @@ def run_config(cfg: dict, out_path: Path, timeout: float, log_path: Path | None 
     done = run_worker(["-m", "benchmarks.worker", json.dumps(cfg), str(out_path)],
                       log_path or out_path.with_suffix(".log"), timeout, on_line,
                       env=env or worker_env(cfg.get("threads") or os.cpu_count() or 1),
-                      cwd=ROOT, stop=stop)
+                      cwd=ROOT, stop=stop, python=registry.python(cfg["framework"]))
     record = None
     if out_path.exists() and not (done.timed_out or done.interrupted):
         try:

@@ -69,8 +69,12 @@ def subprocess_env(threads: int = THREADS, extra_path: str | None = None) -> dic
 
 
 def run_python(args: list[str], timeout: int = 600, threads: int = THREADS,
-               extra_path: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
+               extra_path: str | None = None, framework: str | None = None
+               ) -> subprocess.CompletedProcess:
+    """`python args` in the repository; with `framework`, the interpreter of that
+    framework's environment (MXNet's is not the one running the tests)."""
+    python = registry.python(framework) if framework else sys.executable
+    return subprocess.run([python, *args], capture_output=True, text=True, cwd=ROOT,
                           env=subprocess_env(threads, extra_path), timeout=timeout)
 
 
@@ -133,7 +137,8 @@ def per_framework(tmp_path_factory, module: str, threads: int = THREADS, timeout
                 pytest.fail(f"{framework} is required here but not installed "
                             f"({registry.install_hint(framework)})")
             out = tmp_path_factory.mktemp(module.rpartition(".")[2]) / f"{framework}.json"
-            proc = run_python(["-m", module, framework, str(out)], threads=threads, timeout=timeout)
+            proc = run_python(["-m", module, framework, str(out)], threads=threads, timeout=timeout,
+                              framework=framework)
             if proc.returncode != 0 or not out.exists():
                 pytest.fail(f"{framework}: {module} process failed (exit {proc.returncode}):\n"
                             + proc.stderr[-3000:])
@@ -151,7 +156,7 @@ def planted_run(tmp_path: Path, plant: str, cfg: dict) -> dict:
     (folder / "sitecustomize.py").write_text(plant)
     out = tmp_path / "planted.json"
     proc = run_python(["-m", "benchmarks.worker", json.dumps({"threads": THREADS, **cfg}), str(out)],
-                      extra_path=str(folder))
+                      extra_path=str(folder), framework=cfg["framework"])
     assert proc.returncode == 0 and out.exists(), proc.stderr[-2000:]
     return json.loads(out.read_text())
 
@@ -202,7 +207,8 @@ def worker_record(tmp_path_factory):
                    **RUN_SHAPE[model], **extra}
             if steps is not None:
                 cfg["steps_per_epoch"] = steps
-            proc = run_python(["-m", "benchmarks.worker", json.dumps(cfg), str(out)], threads=THREADS)
+            proc = run_python(["-m", "benchmarks.worker", json.dumps(cfg), str(out)], threads=THREADS,
+                              framework=framework)
             assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
             cache[key] = json.loads(out.read_text())
         return cache[key]

@@ -139,7 +139,7 @@ def test_1f1b_check_fails_on_planted_bugs_in_a_framework(framework):
     """The check holds on the framework's stages and fails, on the parameters, with a 1F1B
     that drops micro-batch M-1's backward and with `first` given at GPipe's first
     backward (1F1B's last)."""
-    proc = run_python(["-c", PLANTED_1F1B_RUN, framework])
+    proc = run_python(["-c", PLANTED_1F1B_RUN, framework], framework=framework)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     assert results["none"] == "passed", results["none"]

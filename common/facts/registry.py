@@ -3,10 +3,14 @@ importing any. Every other list of framework names, of the executions a framewor
 has and of what it cannot do derives from it."""
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 # How a run's steps execute; each framework says how it does each one it has.
@@ -96,6 +100,9 @@ class Framework:
     lacks: dict[str, str] = field(default_factory=dict)
     # environment that must be set before the framework's modules load (Keras's backend)
     env: dict[str, str] = field(default_factory=dict)
+    # the Python environment its processes run in: "" the main one (the interpreter that
+    # runs the suite), else one of its own (see python() below)
+    environment: str = ""
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -125,7 +132,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                            "symbolic graph"},
               {"*": "eager", "native": "compiled"}, "dmlc",
               {"dataparallel": _NOT_DATAPARALLEL.format("mxnet"),
-               "graph": "MXNet's graph mode is hybridize(), run as --execution compiled"}),
+               "graph": "MXNet's graph mode is hybridize(), run as --execution compiled"},
+              # 1.9.1, its last release, needs NumPy 1; every other framework runs NumPy 2
+              environment="mxnet"),
     Framework("paddle", "frameworks.paddle", ("paddle",), ("paddlepaddle", "paddlepaddle-gpu"),
               "paddle", "paddle.DataParallel, one process per device "
               "(gloo on CPU, nccl on GPU)", True,
@@ -152,7 +161,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "dataparallel": _NOT_DATAPARALLEL.format("jax")}),
     # Keras 3, one row per backend (KERAS_BACKEND, set before Keras loads), one package
     Framework("keras-tensorflow", "frameworks.keras", ("keras", "tensorflow"), ("keras", "tensorflow"),
-              "keras", "model.fit under tf.distribute.MirroredStrategy "
+              "keras-tensorflow", "model.fit under tf.distribute.MirroredStrategy "
               "(keras.distribution.DataParallel is a prototype on this backend)", False,
               {"eager": "Model.compile(run_eagerly=True): train_step op by op",
                "graph": "Model.compile(jit_compile=False): train_step in a tf.function",
@@ -231,8 +240,52 @@ def facts(name: str) -> Framework:
     return FRAMEWORKS[check_name(name)]
 
 
+# Where each environment lives: a framework whose pins cannot share the main environment
+# runs from a virtual environment of its own in the repository, .venv-<environment>
+# (`make install` builds each from constraints-<environment>.txt), or from the
+# interpreter that DL_COMPARE_PYTHON_<ENVIRONMENT> names.
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def environment_python(environment: str) -> str | None:
+    """The interpreter of an environment of its own, where there is one (None: not
+    built). The one running this process counts as itself, under any path."""
+    own = os.environ.get(f"DL_COMPARE_PYTHON_{environment.upper()}")
+    venv = ROOT / f".venv-{environment}"
+    if not own and Path(sys.prefix).resolve() == venv.resolve():
+        return sys.executable
+    path = Path(own) if own else venv / "bin" / "python"
+    return str(path) if path.exists() else None
+
+
+def python(name: str) -> str:
+    """The interpreter that runs a framework's processes: its environment's, else this
+    one (where its environment is not built, a framework installed beside the others
+    still runs; one that is not is reported not-installed with the command that
+    builds its environment)."""
+    environment = facts(name).environment
+    return (environment and environment_python(environment)) or sys.executable
+
+
+@functools.lru_cache(maxsize=None)
+def _importable(python: str, modules: tuple[str, ...]) -> bool:
+    """Whether another interpreter finds every module, asked without importing any."""
+    code = ("import importlib.util, sys; sys.exit(any(importlib.util.find_spec(m) is None "
+            "for m in sys.argv[1:]))")
+    try:
+        return subprocess.run([python, "-c", code, *modules], capture_output=True,
+                              timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 def is_installed(name: str) -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in facts(name).imports)
+    """Whether a framework can run: its modules found by the interpreter that runs it
+    (python()), none imported."""
+    f, py = facts(name), python(name)
+    if py == sys.executable:
+        return all(importlib.util.find_spec(m) is not None for m in f.imports)
+    return _importable(py, f.imports)
 
 
 def installed() -> list[str]:
@@ -240,16 +293,23 @@ def installed() -> list[str]:
 
 
 def install_hint(name: str) -> str:
-    """The command that installs a framework's extra, e.g. pip install -e '.[paddle]'."""
-    return f"pip install -e '.[{facts(name).extra}]'"
+    """The command that installs a framework's extra, e.g. pip install -e '.[paddle]';
+    in an environment of its own, the command that builds that environment."""
+    f = facts(name)
+    if not f.environment:
+        return f"pip install -e '.[{f.extra}]'"
+    venv = f".venv-{f.environment}"
+    return (f"make install, or python3 -m venv {venv} && {venv}/bin/pip install "
+            f"-c constraints-{f.environment}.txt -e '.[{f.extra}]'")
 
 
 def not_installed(name: str) -> str:
     """Why a framework cannot run here, and the command that fixes it: the one message
     of every not-installed record and error."""
     f = facts(name)
-    return (f"framework {name!r} is not installed (needs {', '.join(map(repr, f.imports))}); "
-            f"install it with: {install_hint(name)}")
+    where = f" in {python(name)}" if f.environment else ""
+    return (f"framework {name!r} is not installed (needs {', '.join(map(repr, f.imports))}"
+            f"{where}); install it with: {install_hint(name)}")
 
 
 def get(name: str):
@@ -257,6 +317,9 @@ def get(name: str):
     setting the environment its facts name, which must precede the import)."""
     if not is_installed(name):
         raise NotInstalled(not_installed(name))
+    if python(name) != sys.executable:
+        raise NotInstalled(f"framework {name!r} runs in an environment of its own: start its "
+                           f"process with {python(name)} (common.facts.registry.python)")
     os.environ.update(facts(name).env)
     return importlib.import_module(facts(name).package).BACKEND
 

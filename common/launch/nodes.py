@@ -86,7 +86,7 @@ def node_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc
     kind = registry.facts(cfg.framework).cluster
     k, n = cfg.devices, cluster.nodes
     cfg_json = json.dumps(cfg.to_dict())
-    py = sys.executable
+    py = registry.python(cfg.framework)
     if kind == "torchrun":
         return [Proc(node, "worker", [
             py, "-m", "torch.distributed.run", f"--nnodes={n}", f"--nproc-per-node={k}",

@@ -22,13 +22,34 @@ from common.reports import utilisation
 from common.results.record import ok_repeats
 
 
+def libraries_line(records: list[dict]) -> str:
+    """Every library version the runs had, from each run's own environment: frameworks
+    run in environments of their own (MXNet on NumPy 1), so a version that not every run
+    had names the frameworks that ran with it ("numpy 2.4.6 (1.26.4: mxnet)"). Records of
+    runs that ran (status ok) speak where there are any: the others were written by the
+    command, in its environment."""
+    ran = [r for r in records if r.get("env") and r.get("status") == "ok"] or \
+        [r for r in records if r.get("env")]
+    seen: dict[str, dict[str, list[str]]] = {}
+    for r in ran:
+        for lib, version in (r["env"].get("libraries") or {}).items():
+            seen.setdefault(lib, {}).setdefault(version, []).append(r.get("framework") or "?")
+    parts = []
+    for lib, versions in seen.items():
+        most = max(versions, key=lambda v: len(versions[v]))
+        others = "; ".join(f"{v}: {', '.join(dict.fromkeys(fws))}"
+                           for v, fws in versions.items() if v != most)
+        parts.append(f"{lib} {most}" + (f" ({others})" if others else ""))
+    return ", ".join(parts)
+
+
 def machine_lines(records: list[dict]) -> list[str]:
     """Where the records were measured: the machine and the library versions (two lines)."""
     env = next((r["env"] for r in records if r.get("env")), {}) or {}
-    libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items())
+    pythons = sorted({r["env"].get("python") for r in records if r.get("env")} - {None})
     return [f"Machine: {cpu_line(env)}; GPU: {env.get('gpu_model') or 'none'}; "
-            f"{env.get('os', '?')}, Python {env.get('python', '?')}",
-            f"Libraries: {libs}; C++ compiler: {env.get('cxx') or 'none'}"]
+            f"{env.get('os', '?')}, Python {', '.join(pythons) or '?'}",
+            f"Libraries: {libraries_line(records)}; C++ compiler: {env.get('cxx') or 'none'}"]
 
 
 def load_lines(records: list[dict]) -> list[str]:
