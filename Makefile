@@ -6,7 +6,8 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # Frameworks whose pins cannot share the main environment each get one of their own,
-# .venv-NAME built from constraints-NAME.txt with the extra NAME; the suite starts
+# .venv-NAME built from constraints-NAME.txt with the extras NAME and test (the tests'
+# planted-bug runs import test modules in the framework's process); the suite starts
 # their processes with its interpreter (`environment` in common/facts/registry.py)
 ENVS   := mxnet
 STAMPS := $(STAMP) $(foreach e,$(ENVS),$(VENV)-$(e)/.installed)
@@ -26,7 +27,7 @@ $(STAMP): pyproject.toml constraints.txt
 $(VENV)-%/.installed: pyproject.toml constraints-%.txt
 	$(PYTHON) -m venv $(VENV)-$*
 	$(VENV)-$*/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)-$*/bin/python -m pip install --quiet -c constraints-$*.txt -e '.[$*]'
+	$(VENV)-$*/bin/python -m pip install --quiet -c constraints-$*.txt -e '.[$*,test]'
 	touch $@
 
 # Real Fashion-MNIST from Debian's package; without it, compare looks in the user's
