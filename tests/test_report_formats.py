@@ -67,6 +67,7 @@ def test_rows_as_csv_and_json(tmp_path, capsys):
     assert one["sec_per_epoch_spread"] == "" and one["trace_file"] == ""
     assert failed["status"] == "failed" and failed["error"] == "boom" and failed["sec_per_epoch_median"] == ""
     assert one["cpu_model"] == "CPU X" and one["commit"] == "abc123" and one["sync_bn"] == "False"
+    assert one["python_version"] == "3.11" and one["numpy_version"] == "1.26.4"
     # the same rows as JSON, to a file
     target = tmp_path / "rows.json"
     code, out, _ = _main([folder, "--format", "json", "--output", target], capsys)

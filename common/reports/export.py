@@ -70,6 +70,10 @@ DERIVED = {
                                                    ((r.get("env") or {}).get("kernel_path_env")
                                                     or {}).items())),
     "gpu_model": ("the GPUs' model names, empty without any (env)", _env("gpu_model")),
+    "python_version": ("the Python version of the process that ran it (env)", _env("python")),
+    "numpy_version": ("the NumPy version of the process that ran it (env; each framework's "
+                      "environment has its own: MXNet's is NumPy 1)",
+                      lambda r, t, row: ((r.get("env") or {}).get("libraries") or {}).get("numpy")),
     "commit": ("the suite's git commit that measured the run (env; -dirty: with uncommitted "
                "changes)", _env("commit")),
     "trace_file": ("the run's timeline (compare --trace), empty when untraced; its times are "
