@@ -82,6 +82,15 @@ def test_micro_batches_are_checked(args, message):
     assert message in usage_error(["-m", "benchmarks.compare", *args, "--dataset", "synthetic"])
 
 
+def test_the_pipeline_benchmark_takes_its_schedules_as_compare_does(capsys):
+    from benchmarks import pipeline as benchmark
+    assert benchmark.build_parser().parse_args(["--schedule", "1f1b"]).schedule == "1f1b"
+    assert benchmark.main(["--schedule", "gpipe,interleaved"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "python -m benchmarks.pipeline: error: unknown schedule 'interleaved'; choose from: "
+        "gpipe, 1f1b (or all)"]
+
+
 def _plan(*argv):
     from benchmarks.compare import Plan, build_parser, resolve
     args = build_parser().parse_args(["--framework", "pytorch", "--dataset", "synthetic", *argv])
