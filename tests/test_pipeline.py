@@ -143,6 +143,11 @@ def test_each_schedule_is_a_row_of_its_own_named_in_the_table():
     assert [row["mode"] for row in rows] == ["native", "model gpipe", "model 1f1b"]
     assert [row["speed-up"] for row in rows[1:]] == [0.5, 0.4]
     assert [row["schedule"] for row in rows[1:]] == ["gpipe", "1f1b"]
+    # without native x1, each schedule's rows are timed against its own 1-stage row
+    alone = [_record("model", k, sec, schedule=schedule)
+             for schedule, secs in (("gpipe", (1.0, 2.0)), ("1f1b", (4.0, 2.0)))
+             for k, sec in zip((1, 2), secs)]
+    assert [row["speed-up"] for row in report.summarize(alone)] == [1.0, 0.5, 1.0, 2.0]
     old = {k: v for k, v in gpipe.items() if k != "schedule"}
     assert report.summarize([old])[0]["mode"] == "model gpipe"
     text = report.markdown_report(rows, [native, gpipe, onef], "cmd")
