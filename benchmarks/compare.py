@@ -110,8 +110,9 @@ def build_parser() -> Parser:
     p.add_argument("--micro-batches", type=positive, default=1,
                    help="model mode: each batch flows through the stages in this many "
                         "micro-batches (at most the batch)")
-    p.add_argument("--schedule", default=RUN_DEFAULTS["schedule"], choices=tuple(SCHEDULES),
-                   help="model mode: the micro-batches' order: " +
+    p.add_argument("--schedule", default=RUN_DEFAULTS["schedule"],
+                   help="model mode: the micro-batches' order, all or a comma-separated list "
+                        "(each a row of its own; the other modes run once) of: " +
                         "; ".join(f"{k}: {v}" for k, v in SCHEDULES.items()))
     p.add_argument("--sync-bn", action="store_true",
                    help="synchronised BatchNorm across replicas (native mode, models with BatchNorm)")
@@ -262,16 +263,19 @@ class Plan:
     repeat: int
     run: dict            # model, dataset, data_dir, epochs, batch_size, batch_per_device, lr, ...
     executions: list     # execution names; None: each mode's default
+    schedules: list      # pipeline schedules, each a row of the modes that take one
 
     # the options shared by every run: RunConfig's fields (each one an option of the
     # same name) but a row's own and the warm-up, which no option sets
     RUN_KEYS = tuple(f for f in RUN_DEFAULTS
-                     if f not in ("framework", "mode", "devices", "execution", "warmup_steps"))
+                     if f not in ("framework", "mode", "devices", "execution", "schedule",
+                                  "warmup_steps"))
 
     @classmethod
     def from_args(cls, args, frameworks, modes, counts) -> "Plan":
         return cls(frameworks, modes, counts, args.repeat,
-                   {k: getattr(args, k) for k in cls.RUN_KEYS}, _executions(args.execution))
+                   {k: getattr(args, k) for k in cls.RUN_KEYS}, _executions(args.execution),
+                   names(args.schedule, SCHEDULES, "schedule"))
 
     def configs(self) -> list[RunConfig]:
         # an option unset, or absent from a plan written before it: RunConfig's default
@@ -284,9 +288,14 @@ class Plan:
             return {**r, "batch_size": r["batch_per_device"] * n if weak else r["batch_size"],
                     "lr": r["lr"] * n if weak else r["lr"],
                     "threads": r["cores_per_device"] * n if r.get("cores_per_device") else r["threads"]}
-        configs = [RunConfig(framework=f, mode=m, devices=n, execution=e, **per_row(n))
+
+        def schedules(mode: str) -> list[str]:
+            # a mode without a schedule runs once, with RunConfig's default in its record
+            return (self.schedules if "schedule" in MODES[mode].options
+                    else [RUN_DEFAULTS["schedule"]])
+        configs = [RunConfig(framework=f, mode=m, devices=n, execution=e, schedule=s, **per_row(n))
                    for f in self.frameworks for m in self.modes for e in self.executions
-                   for n in self.devices]
+                   for s in schedules(m) for n in self.devices]
         # an execution named that is the mode's default is the default run (the same
         # file): run once
         files = [record_filename(new_record(c)) for c in configs]
@@ -295,13 +304,15 @@ class Plan:
     def to_dict(self) -> dict:
         return {"frameworks": self.frameworks, "modes": self.modes, "devices": self.devices,
                 "repeat": self.repeat, "run": self.run,
-                "executions": ["default" if e is None else e for e in self.executions]}
+                "executions": ["default" if e is None else e for e in self.executions],
+                "schedules": self.schedules}
 
     def as_options(self) -> dict:
         """The plan as the options that would give it (argparse dests)."""
         return {"framework": ",".join(self.frameworks), "mode": ",".join(self.modes),
                 "execution": ",".join("default" if e is None else e for e in self.executions),
-                "devices": self.devices, "repeat": self.repeat, **self.run}
+                "schedule": ",".join(self.schedules), "devices": self.devices,
+                "repeat": self.repeat, **self.run}
 
 
 def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
@@ -326,13 +337,17 @@ def resume_plan(args, given: set[str]) -> Plan:
                          "benchmarks.compare wrote; give a compare results folder")
     try:
         stored = json.loads(plan_path.read_text())
+        # a plan saved before --schedule took a list kept its one schedule with the shared
+        # options (before --schedule existed: none, RunConfig's default)
         plan = Plan(stored["frameworks"], stored["modes"], stored["devices"], stored["repeat"],
                     {k: stored["run"].get(k) for k in Plan.RUN_KEYS},
-                    [None if e == "default" else e for e in stored.get("executions", ["default"])])
+                    [None if e == "default" else e for e in stored.get("executions", ["default"])],
+                    stored.get("schedules")
+                    or [stored["run"].get("schedule") or RUN_DEFAULTS["schedule"]])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"--resume {folder}: {plan_path} is unreadable ({e}); start a new "
                          "comparison with --out") from None
-    options = {*Plan.RUN_KEYS, "framework", "mode", "execution", "devices", "repeat"}
+    options = {*Plan.RUN_KEYS, "framework", "mode", "execution", "schedule", "devices", "repeat"}
     if given & options:
         frameworks, modes, counts = resolve(args)
         mine = Plan.from_args(args, frameworks, modes, counts).as_options()
@@ -345,10 +360,10 @@ def resume_plan(args, given: set[str]) -> Plan:
     return plan
 
 
-# record fields that must agree between the runs of one results folder
+# record fields that must agree between the runs of one results folder (not the
+# schedule: like the execution, each is a row of its own, named in the file name)
 SAME_IN_A_FOLDER = ("model", "init", "dataset", "epochs", "batch_size", "batch_per_device", "lr",
-                    "sync_bn", "seed", "cores_per_device", "eval_samples", "micro_batches",
-                    "schedule")
+                    "sync_bn", "seed", "cores_per_device", "eval_samples", "micro_batches")
 
 
 def check_out(out: Path, plan: Plan, resuming: bool) -> None:
@@ -461,10 +476,17 @@ def run_plan(plan: Plan, out: Path, args, progress: Progress, stop: Interrupts,
     done is kept. Stops at an interrupt: what finished stays, the rest is not started."""
     n_train = data.train_size(plan.run["dataset"], plan.run["data_dir"], plan.run["seed"])
     records = {}
-    for cfg in plan.configs() if resume else []:
-        path = out / record_filename(new_record(cfg))
-        if path.exists():
-            records[path.name] = read_record(path)
+    planned = {record_filename(new_record(cfg)) for cfg in plan.configs()}
+    for path in sorted(out.glob("*dev.json")) if resume else []:
+        record = read_record(path)
+        name = record_filename(record)
+        if name not in planned or (path.name != name and (out / name).exists()):
+            continue
+        if path.name != name:
+            # written before its name said all it ran (a 1F1B run before the schedule was
+            # in the name): moved to its name now, so it is neither run again nor shown twice
+            os.replace(path, out / name)
+        records[name] = record
     settled = set()                      # would end the same way again: not repeated
     for rep in range(1, plan.repeat + 1):
         for cfg in plan.configs():

@@ -39,6 +39,7 @@ from common.core.plan import RunConfig
 from common.facts.machine import cpu_line, env_info
 from common.launch import launcher
 from common.reports.runs import schedule_plots
+from common.results.record import schedule_of
 
 from .cli import Parser, UsageError, int_list, names, results_dir
 from .runner import run_config, worker_env
@@ -128,9 +129,9 @@ def report(records: list[dict], units: dict, env: dict, load: tuple, command: st
             def runs(mode, devices, M=1, schedule=None):
                 return [r for r in rows if r["framework"] == fw and r["mode"] == mode
                         and r["devices"] == devices and r.get("micro_batches", 1) == M
-                        and (schedule is None or (r.get("schedule") or "gpipe") == schedule)]
+                        and (schedule is None or schedule_of(r) == schedule)]
             base, one = median(runs("native", 1), step_sec), median(runs("model", 1), step_sec)
-            for k, schedule, M in dict.fromkeys((r["devices"], r.get("schedule") or "gpipe",
+            for k, schedule, M in dict.fromkeys((r["devices"], schedule_of(r),
                                                  r["micro_batches"])
                                                 for r in rows if r["framework"] == fw
                                                 and r["mode"] == "model" and r["devices"] > 1):
@@ -209,8 +210,10 @@ def build_parser() -> Parser:
     p = Parser(prog="python -m benchmarks.pipeline", description=__doc__.split("\n\n")[0])
     p.add_argument("--framework", default="all")
     p.add_argument("--model", default="lenet,resnet18")
-    p.add_argument("--schedules", default=",".join(SCHEDULES),
-                   help="the pipeline schedules to run: " + ", ".join(SCHEDULES))
+    # --schedule, as compare names it (--schedules: this command's first name for it)
+    p.add_argument("--schedule", "--schedules", default=",".join(SCHEDULES),
+                   help="the pipeline schedules to run, all or a comma-separated list of: "
+                        + ", ".join(SCHEDULES))
     p.add_argument("--stages", type=int_list("--stages", "stage counts like 2,4", "must be 2 or more"),
                    default=list(STAGES), help="stage counts (LeNet: 2 at most; ResNet-18: up to 10)")
     p.add_argument("--micro-batches", type=int_list("--micro-batches", "counts like 1,4,8",
@@ -232,7 +235,7 @@ def main(argv=None) -> int:
     p = build_parser()
     try:
         args = p.parse_args(argv)
-        schedules = names(args.schedules, SCHEDULES, "schedules")
+        schedules = names(args.schedule, SCHEDULES, "schedule")
         model_names = names(args.model, models.NAMES, "model")
         if args.stages[0] < 2:
             raise UsageError(f"--stages {args.stages[0]}: a pipeline has 2 stages or more")

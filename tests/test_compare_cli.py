@@ -25,6 +25,8 @@ BAD_INPUT = [
     (["--mode", "scratch,pipeline"], "unknown mode 'pipeline'"),
     (["--execution", "jit"], "unknown execution 'jit'"),
     (["--execution", "eager,,compiled"], "--execution 'eager,,compiled' has an empty name"),
+    (["--schedule", "gpipe,1f1b,"], "--schedule 'gpipe,1f1b,' has an empty name"),
+    (["--schedule", "gpipe,pipedream"], "unknown schedule 'pipedream'; choose from: gpipe, 1f1b"),
     (["--out", "/proc/x/y"], "--out /proc/x/y cannot be created or written"),
     # several machines
     (["--node-rank", "0"], "--node-rank is for runs across machines: add --nodes N"),

@@ -64,7 +64,7 @@ def _fake_runs(monkeypatch):
     def run_one(cfg, out, rep, timeout, advance, estimated, stop):
         calls.append((cfg.devices, rep))
         r = fake_record(cfg.framework, cfg.mode, cfg.devices, secs=(1.0 + rep,),
-                        steps_per_epoch=cfg.steps_per_epoch)
+                        steps_per_epoch=cfg.steps_per_epoch, schedule=cfg.schedule)
         return {k: v for k, v in r.items() if k not in COMPARE_KEYS}
     monkeypatch.setattr(compare, "run_one", run_one)
     return calls
@@ -125,6 +125,48 @@ def test_resume_checks_the_configuration_and_the_records(tmp_path):
     line = _bad(["--resume", str(tmp_path)])
     assert "pytorch-scratch-1dev.json is not a readable run record" in line
     assert "no comparison.json there" in _bad(["--resume", str(tmp_path / "nothing")])
+
+
+def test_schedules_are_rows_of_their_own_through_compare(tmp_path, monkeypatch):
+    """--mode native,model --schedule gpipe,1f1b: native once, model once per schedule,
+    each schedule's record in a file of its own (GPipe's under the name it always had),
+    both in the report, GPipe's first, and the list kept for a --resume."""
+    _fake_runs(monkeypatch)
+    assert compare.main(["--framework", "pytorch", *QUICK, "--mode", "native,model",
+                         "--schedule", "gpipe,1f1b", "--devices", "2", "--out", str(tmp_path)]) == 0
+    ran = {p.name: json.loads(p.read_text())["schedule"] for p in tmp_path.glob("*dev.json")}
+    assert ran == {"pytorch-native-2dev.json": "gpipe", "pytorch-model-2dev.json": "gpipe",
+                   "pytorch-model-1f1b-2dev.json": "1f1b"}, ran
+    rows = [line.split("|")[3].strip() for line in (tmp_path / "report.md").read_text().splitlines()
+            if line.startswith("| pytorch")]
+    assert rows[:3] == ["native", "model gpipe", "model 1f1b"], rows
+    assert json.loads((tmp_path / compare.PLAN_FILE).read_text())["schedules"] == ["gpipe", "1f1b"]
+
+
+def test_resume_of_a_plan_from_before_the_schedule_list(tmp_path, monkeypatch):
+    """A plan saved when --schedule took one name kept it with the shared options, and its
+    1F1B record under the name without the schedule: the resume runs 1F1B, keeps that
+    record (moved to its name now, so not run again and not shown twice), and a --schedule
+    that contradicts the stored one is refused."""
+    plan = compare.Plan.from_args(compare.build_parser().parse_args(
+        ["--framework", "pytorch", *QUICK, "--mode", "native,model", "--schedule", "1f1b"]),
+        ["pytorch"], ["native", "model"], [1, 2]).to_dict()
+    del plan["schedules"]
+    plan["run"]["schedule"] = "1f1b"
+    onef = fake_record(mode="model", devices=2, steps_per_epoch=2, schedule="1f1b")
+    write_folder(tmp_path, [fake_record(mode="native", devices=n, steps_per_epoch=2) for n in (1, 2)])
+    write_atomic(tmp_path / "pytorch-model-2dev.json", onef)      # the name it had then
+    write_atomic(tmp_path / compare.PLAN_FILE, plan)
+    assert "was run with --schedule 1f1b, not gpipe" in _bad(
+        ["--resume", str(tmp_path), "--schedule", "gpipe"])
+    calls = _fake_runs(monkeypatch)
+    assert compare.main(["--resume", str(tmp_path), "--no-plots", "--peak-gemm-size", "0"]) == 0
+    assert calls == [(1, 1)]                                   # model 1F1B x1, missing
+    assert sorted(p.name for p in tmp_path.glob("*dev.json")) == [
+        "pytorch-model-1f1b-1dev.json", "pytorch-model-1f1b-2dev.json",
+        "pytorch-native-1dev.json", "pytorch-native-2dev.json"]
+    assert json.loads((tmp_path / "pytorch-model-1f1b-1dev.json").read_text())["schedule"] == "1f1b"
+    assert json.loads((tmp_path / "pytorch-model-1f1b-2dev.json").read_text()) == onef
 
 
 def test_same_out_without_resume_is_measured_again(tmp_path, monkeypatch):

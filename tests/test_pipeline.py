@@ -19,7 +19,7 @@ from common.core.pipeline import (SCHEDULES, PipelineTrainer, activation_bytes_c
                                   gpipe_bubble, in_flight_predicted, rank_ops, serial_order,
                                   stage_ops, stages, with_handovers)
 from common.core.plan import RunConfig
-from common.results.record import RECORD_KEYS, new_record
+from common.results.record import RECORD_KEYS, new_record, record_filename
 from tests.conftest import usage_error
 
 
@@ -76,10 +76,40 @@ def test_model_mode_is_registered_and_recorded():
 @pytest.mark.parametrize("args,message", [
     (["--micro-batches", "0"], "must be at least 1"),
     (["--micro-batches", "300"], "--micro-batches 300 is more than the batch of 256"),
-    (["--schedule", "interleaved"], "argument --schedule: invalid choice: 'interleaved'"),
+    (["--schedule", "interleaved"], "unknown schedule 'interleaved'; choose from: gpipe, 1f1b"),
 ])
 def test_micro_batches_are_checked(args, message):
     assert message in usage_error(["-m", "benchmarks.compare", *args, "--dataset", "synthetic"])
+
+
+def test_the_pipeline_benchmark_takes_its_schedules_as_compare_does(capsys):
+    from benchmarks import pipeline as benchmark
+    assert benchmark.build_parser().parse_args(["--schedule", "1f1b"]).schedule == "1f1b"
+    assert benchmark.main(["--schedule", "gpipe,interleaved"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "python -m benchmarks.pipeline: error: unknown schedule 'interleaved'; choose from: "
+        "gpipe, 1f1b (or all)"]
+
+
+def _plan(*argv):
+    from benchmarks.compare import Plan, build_parser, resolve
+    args = build_parser().parse_args(["--framework", "pytorch", "--dataset", "synthetic", *argv])
+    return Plan.from_args(args, *resolve(args))
+
+
+def test_a_schedule_list_runs_model_mode_once_per_schedule_and_the_rest_once():
+    """--schedule takes a list as --mode and --execution do: model mode runs once per
+    schedule, each in a file of its own (GPipe's keeps the name it had before the list);
+    a mode without a schedule runs once, its record keeping the default it does not use."""
+    configs = _plan("--mode", "native,model", "--schedule", "1f1b,gpipe", "--devices", "1,2").configs()
+    assert [(c.mode, c.schedule, c.devices) for c in configs] == [
+        ("native", "gpipe", 1), ("native", "gpipe", 2), ("model", "1f1b", 1), ("model", "1f1b", 2),
+        ("model", "gpipe", 1), ("model", "gpipe", 2)]
+    assert [record_filename(new_record(c)) for c in configs] == [
+        "pytorch-native-1dev.json", "pytorch-native-2dev.json", "pytorch-model-1f1b-1dev.json",
+        "pytorch-model-1f1b-2dev.json", "pytorch-model-1dev.json", "pytorch-model-2dev.json"]
+    assert [c.schedule for c in _plan("--mode", "model", "--schedule", "all").configs()] == list(SCHEDULES)
+    assert [c.schedule for c in _plan("--mode", "model").configs()] == ["gpipe"]
 
 
 def _record(mode, devices, sec, **extra):
@@ -101,6 +131,30 @@ def test_report_shows_the_pipeline_against_native_one_device():
     assert "0.300 / 0.050" in section and "1.64" in section and "0.45" in section and "0.20" in section
     assert "ideal speed-up is 1" in section
     assert "## Model mode" not in report.markdown_report(rows[:1], [native], "cmd")
+
+
+def test_each_schedule_is_a_row_of_its_own_named_in_the_table():
+    """Two schedules of one configuration are two rows, each named by its schedule
+    (a record from before the schedule was recorded ran GPipe), each timed against native
+    x1 and compared between folders with its own schedule's row."""
+    native, gpipe = _record("native", 1, 2.0), _record("model", 2, 4.0)
+    onef = _record("model", 2, 5.0, schedule="1f1b")
+    rows = report.summarize([native, gpipe, onef])
+    assert [row["mode"] for row in rows] == ["native", "model gpipe", "model 1f1b"]
+    assert [row["speed-up"] for row in rows[1:]] == [0.5, 0.4]
+    assert [row["schedule"] for row in rows[1:]] == ["gpipe", "1f1b"]
+    # without native x1, each schedule's rows are timed against its own 1-stage row
+    alone = [_record("model", k, sec, schedule=schedule)
+             for schedule, secs in (("gpipe", (1.0, 2.0)), ("1f1b", (4.0, 2.0)))
+             for k, sec in zip((1, 2), secs)]
+    assert [row["speed-up"] for row in report.summarize(alone)] == [1.0, 0.5, 1.0, 2.0]
+    old = {k: v for k, v in gpipe.items() if k != "schedule"}
+    assert report.summarize([old])[0]["mode"] == "model gpipe"
+    text = report.markdown_report(rows, [native, gpipe, onef], "cmd")
+    assert re.search(r"\| model gpipe +\|", text) and re.search(r"\| model 1f1b +\|", text)
+    after = [_record("model", 2, 4.0), _record("model", 2, 10.0, schedule="1f1b")]
+    assert [(r["mode"], r["verdict"]) for r in report.compare_folders([gpipe, onef], after)] == [
+        ("model gpipe eager", "within noise"), ("model 1f1b eager", "slower")]
 
 
 def test_model_mode_runs_eagerly():

@@ -145,6 +145,22 @@ def test_the_gate_takes_neither_the_folders_own_runs_nor_another_machine(tmp_pat
     assert code == 2 and "has a baseline" in err and len(err.strip().splitlines()) == 1
 
 
+def test_the_gate_holds_each_schedule_to_its_own(tmp_path):
+    """Model mode's schedules are distinct measurements: a 1F1B run has no GPipe baseline,
+    and a history line from before the schedule was recorded is GPipe's."""
+    def line(r):
+        (entry,) = history.lines_of([r], [_folder(tmp_path / "past", [r]) / record_filename(r)], 0)
+        return entry
+    gpipe = _record(mode="model", devices=2, secs=(1.0,), env={**ENV, "commit": "old"})
+    old = line(gpipe)
+    del old["row"]["schedule"]
+    now = [_record(mode="model", devices=2, secs=(1.05,)),
+           _record(mode="model", devices=2, secs=(3.0,), schedule="1f1b")]
+    rows, missing = history.against(now, [old])
+    assert [(r["mode"], r["verdict"]) for r in rows] == [("model gpipe eager", "within noise")]
+    assert [r["schedule"] for r in missing] == ["1f1b"]
+
+
 def test_the_history_plot(tmp_path, capsys):
     path = _history(tmp_path, [("c1", 1.0), ("c2", 1.2)])
     png = tmp_path / "h.png"

@@ -12,11 +12,13 @@ import statistics
 from pathlib import Path
 
 from common.reports import export, runs
+from common.results.record import schedule_of
 
 SCHEMA = 1
 # What makes two runs the same measurement: the configuration, the work per epoch and
-# the machine kind. A row is gated only against history rows equal in all of these
-# (a traced run, whose times are perturbed, only against traced ones).
+# the machine kind. A row is gated only against history rows equal in all of these, and
+# in model mode's schedule (a traced run, whose times are perturbed, only against traced
+# ones).
 SAME = ("framework", "model", "mode", "execution", "sync_bn", "devices", "nodes", "batch_size",
         "micro_batches", "dataset", "steps_per_epoch_median", "threads", "cores_per_device",
         "cpu_model", "gpu_model")
@@ -99,7 +101,9 @@ def append(path: str | os.PathLike, new: list[dict]) -> tuple[int, int]:
 
 
 def _same(row: dict) -> tuple:
-    return (*(row.get(k) for k in SAME), bool(row.get("trace_file")))
+    # the schedule as the run followed it: none outside model mode, whatever the row's field
+    # holds, and GPipe in a model-mode line from before the schedule was recorded
+    return (*(row.get(k) for k in SAME), schedule_of(row), bool(row.get("trace_file")))
 
 
 def against(records: list[dict], history: list[dict], last: int = 1,
@@ -136,7 +140,7 @@ def against(records: list[dict], history: list[dict], last: int = 1,
 
 
 def label(row: dict) -> str:
-    return (f"{row['framework']} {row['model']} {row['mode']}"
+    return (f"{row['framework']} {row['model']} {runs.mode_label(row)}"
             + (f" {row['execution']}" if row.get("execution") else "") + f" x{row['devices']}")
 
 

@@ -19,7 +19,7 @@ from common.facts import registry
 from common.facts.machine import cpu_line
 from common.facts.registry import NAMES
 from common.reports import utilisation
-from common.results.record import ok_repeats
+from common.results.record import ok_repeats, schedule_of
 
 
 def libraries_line(records: list[dict]) -> str:
@@ -143,13 +143,24 @@ def mode_of(r: dict):
     return modes.MODES.get(r["mode"], _UNKNOWN_MODE)
 
 
+def mode_label(r: dict) -> str:
+    """A run's mode as a reader tells its rows apart (a record, or a report row of one):
+    with synchronised BatchNorm, the pipeline's schedule in model mode (gpipe or 1f1b,
+    named in every such row) and the nodes of a run across machines."""
+    schedule = schedule_of(r)
+    return (r["mode"] + (" sync-bn" if r.get("sync_bn") else "")
+            + (f" {schedule}" if schedule else "")
+            + (f" {r['nodes']} nodes" if (r.get("nodes") or 1) > 1 else ""))
+
+
 def summarize(records: list[dict]) -> list[dict]:
     """One row per record; speed-up and scaling efficiency against the same
     framework's and mode's 1-device run of this comparison, in training images per
     second: with a fixed global batch that is the 1-device sec/epoch over this row's,
     and under weak scaling (the batch grows with the devices) the throughput gained."""
     def key(r):
-        return r["framework"], r.get("model", "lenet"), r["mode"], r.get("execution"), bool(r.get("sync_bn"))
+        return (r["framework"], r.get("model", "lenet"), r["mode"], r.get("execution"),
+                bool(r.get("sync_bn")), schedule_of(r))
     timings = [timing(r) if r["status"] in ("ok", "failed", "interrupted") else timing({})
                for r in records]
     base = {key(r): t for r, t in zip(records, timings) if all_devices(r) == 1 and t["sec"]}
@@ -173,9 +184,7 @@ def summarize(records: list[dict]) -> list[dict]:
                     + ("; " + note if note else ""))
         rows.append({
             "framework": r["framework"], "model": r.get("model", "lenet"),
-            "mode": r["mode"] + (" sync-bn" if r.get("sync_bn") else "")
-                    + (f" {r['nodes']} nodes" if (r.get("nodes") or 1) > 1 else ""),
-            "execution": r.get("execution"), "devices": all_devices(r),
+            "mode": mode_label(r), "execution": r.get("execution"), "devices": all_devices(r),
             "status": r["status"], "test acc": r.get("test_accuracy") if r["status"] == "ok" else None,
             "train loss": r["train_loss"][-1] if r.get("train_loss") else None, "sec/epoch": sec,
             "spread": t["spread"], "noisy": t["noisy"], "runs": t["runs"],
@@ -203,7 +212,8 @@ def base_key(r: dict, mode: str) -> tuple:
     framework's run in that mode, in its default execution (model mode: native x1)."""
     execution = (registry.default_execution(r["framework"], mode)
                  if r["framework"] in registry.FRAMEWORKS else None)
-    return r["framework"], r.get("model", "lenet"), mode, execution, bool(r.get("sync_bn"))
+    return (r["framework"], r.get("model", "lenet"), mode, execution, bool(r.get("sync_bn")),
+            schedule_of({**r, "mode": mode}))
 
 
 def _per_stage(values, fmt: str = "{}") -> str | None:
@@ -217,8 +227,7 @@ def pipeline_figures(r: dict, t: dict) -> dict:
     act = _per_stage([x / 1e6 for x in r.get("stage_activation_bytes") or []], "{:.2f}")
     calculated = (r.get("activation_bytes_source") or "").startswith("calculation")
     return {"stages": r["devices"], "M": r.get("micro_batches"), "processes": r.get("processes"),
-            # a record from before the schedule was a choice ran GPipe
-            "schedule": r.get("schedule") or "gpipe",
+            "schedule": schedule_of(r),
             "held (formula)": f"{_per_stage(held)} ({_per_stage(formula)})" if held else None,
             "act. MB": f"{act} calc." if act and calculated else act,
             "step s": t["sec"] / steps if (t["sec"] and steps) else None,
@@ -423,7 +432,7 @@ def definitions(rows: list[dict], records: list[dict]) -> list[str]:
                      + ". node_sec_per_epoch in a record gives each node's own epoch times.")
     targets = [r for r in records if r.get("target_accuracy")]
     if targets:
-        reached = [f"{r['framework']} {r['mode']} x{r['devices']}: "
+        reached = [f"{r['framework']} {mode_label(r)} x{r['devices']}: "
                    + (f"{r['sec_to_target']:.1f} s, {r['epochs_to_target']} epoch(s)"
                       if r.get("sec_to_target") is not None else "not reached")
                    for r in targets if r["status"] == "ok"]
@@ -487,7 +496,7 @@ def _style(r: dict) -> dict:
 
 
 def _label(r: dict) -> str:
-    return (f"{r['framework']} {r['mode']}" + (" sync-bn" if r.get("sync_bn") else "")
+    return (f"{r['framework']} {mode_label(r)}"
             + (f" {r['execution']}" if r.get("execution") else "") + f" x{r['devices']}")
 
 
@@ -558,14 +567,14 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
     if len(counts) > 1:
         fig, ax = plt.subplots(figsize=(6, 4))
         def curve(r):
-            return (r["framework"], r.get("model", "lenet"), r["mode"], r.get("execution"),
-                    bool(r.get("sync_bn")))
+            return r["framework"], r.get("model", "lenet"), mode_label(r), r.get("execution")
         for key in dict.fromkeys(curve(r) for r in ok):
             pts = [(r["devices"], row["speed-up"]) for r, row in zip(ok, rows)
                    if curve(r) == key and row["speed-up"]]
             if pts:
-                ax.plot(*zip(*pts), label=" ".join(str(k) for k in key[:4] if k not in ("lenet", None)),
-                        **_style({"framework": key[0], "mode": key[2], "devices": 2}))
+                first = next(r for r in ok if curve(r) == key)
+                ax.plot(*zip(*pts), label=" ".join(str(k) for k in key if k not in ("lenet", None)),
+                        **_style({**first, "devices": 2}))
         own = all(ideal_speedup(r) == r["devices"] for r in ok)
         ax.plot(counts, [c if own else 1 for c in counts], color="grey", lw=3, alpha=0.5,
                 label="ideal (devices with their own hardware: k)" if own
@@ -609,7 +618,7 @@ def schedule_plots(records: list[dict], out_dir: Path) -> list[Path]:
     written = []
     colours = plt.get_cmap("tab10")
     for (framework, model, k), rs in groups.items():
-        rs = sorted(rs, key=lambda r: (r.get("schedule") or "gpipe", r.get("micro_batches") or 1))
+        rs = sorted(rs, key=lambda r: (schedule_of(r), r.get("micro_batches") or 1))
         longest = max(r["pipeline_spans"]["wall"] or 0 for r in rs) * 1e3
         fig, axes = plt.subplots(len(rs), 1, figsize=(10, 0.5 + (0.45 * k + 0.6) * len(rs)),
                                  sharex=True, squeeze=False)
@@ -631,7 +640,7 @@ def schedule_plots(records: list[dict], out_dir: Path) -> list[Path]:
             ax.set_yticks(range(len(spans["lanes"])), spans["lanes"], fontsize=7)
             ax.set_ylim(len(spans["lanes"]) - 0.5, -0.5)       # stage 0 on top
             held = r.get("stage_peak_micro_batches")
-            ax.set_title(f"{r.get('schedule') or 'gpipe'}, M = {r.get('micro_batches')}, "
+            ax.set_title(f"{schedule_of(r)}, M = {r.get('micro_batches')}, "
                          f"{r.get('processes')} process(es): step {(spans['wall'] or 0) * 1e3:.1f} ms "
                          f"(step {spans['step']}), bubble {_fmt2(step_bubble(spans))} in this "
                          f"step ({_fmt2(r.get('bubble'))} median), formula "
@@ -664,7 +673,7 @@ DEFAULT_NOISE = 0.15
 
 def _key(r: dict) -> tuple:
     return (r["framework"], r.get("model", "lenet"), r["mode"], r.get("execution"),
-            bool(r.get("sync_bn")), r["devices"])
+            bool(r.get("sync_bn")), schedule_of(r), r["devices"])
 
 
 def _spread(r: dict) -> float:
@@ -695,8 +704,7 @@ def comparison_row(r: dict, before: float, after: float, band: float) -> dict:
     after over before, slower or faster when the ratio leaves the noise band."""
     ratio = after / before
     return {"framework": r["framework"], "model": r.get("model") or "lenet",
-            "mode": r["mode"] + (" sync-bn" if r.get("sync_bn") else "")
-            + (f" {r['execution']}" if r.get("execution") else ""),
+            "mode": mode_label(r) + (f" {r['execution']}" if r.get("execution") else ""),
             "devices": r["devices"], "before": before, "after": after, "ratio": ratio,
             "noise": band,
             "verdict": ("slower" if ratio > 1 + band else "faster" if ratio < 1 / (1 + band)

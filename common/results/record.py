@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from common.core import modes
+from common.core.pipeline import SCHEDULES
 from common.core.plan import RunConfig
 from common.facts import registry
 
@@ -113,6 +114,16 @@ def read_rank_parts(folder: str | os.PathLike, kind: str) -> list:
     return [json.loads(p.read_text()) for p in paths]
 
 
+def schedule_of(record: dict) -> str | None:
+    """The pipeline schedule a run (a record, or a report row of one) followed; None in a
+    mode that has none, whatever its `schedule` field holds (RunConfig's default there). A
+    model-mode record from before the schedule was a choice ran GPipe, the default."""
+    mode = modes.MODES.get(record["mode"])
+    if mode is None or "schedule" not in mode.options:
+        return None
+    return record.get("schedule") or RunConfig.schedule
+
+
 def record_filename(record: dict) -> str:
     model = "" if record.get("model", "lenet") == "lenet" else f"{record['model']}-"
     sync = "-syncbn" if record.get("sync_bn") else ""
@@ -120,8 +131,12 @@ def record_filename(record: dict) -> str:
     # its name, whether or not --execution named it)
     ran, default = record.get("execution"), _default_execution(record["framework"], record["mode"])
     execution = f"-{ran}" if ran and default and ran != default else ""
+    # a schedule other than the default is named, so that --schedule gpipe,1f1b keeps both
+    # runs (a GPipe run's file keeps the name it had before the schedule was a choice)
+    ran = schedule_of(record)
+    schedule = f"-{ran}" if ran and ran != RunConfig.schedule else ""
     nodes = f"{record['nodes']}nodes-" if (record.get("nodes") or 1) > 1 else ""
-    return (f"{model}{record['framework']}-{record['mode']}{sync}{execution}-"
+    return (f"{model}{record['framework']}-{record['mode']}{sync}{execution}{schedule}-"
             f"{nodes}{record['devices']}dev.json")
 
 
@@ -163,4 +178,6 @@ def load_records(directory: str | os.PathLike) -> list[dict]:
                                           bool(r.get("sync_bn")),
                                           executions.index(r["execution"])
                                           if r.get("execution") in executions else -1,
+                                          list(SCHEDULES).index(schedule_of(r))
+                                          if schedule_of(r) in SCHEDULES else -1,
                                           r["devices"]))
