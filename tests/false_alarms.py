@@ -3,11 +3,12 @@
 (benchmarks.compare, COMMAND below, each into OUT/runNN), then compares the folders as
 A against A; `--count` only compares the folders already in OUT.
 
-Counted twice: over the independent pairs (run01 against run02, run03 against run04,
-...), and over every ordered pair of different folders (many more, but not independent:
-each folder is in many). Each with the verdict of common.reports.verdict and with the
-band-only rule it replaced (OLD_RULE), on the same pairs. The figures in docs/report.md
-come from here."""
+Counted twice: over the consecutive pairs (run01 against run02, run03 against run04,
+...: measured one after the other, no folder in two pairs), and over every ordered pair
+of different folders (many more, measured up to the whole session apart, but not
+independent: each folder is in many). Each with the verdict of common.reports.verdict
+and with the band-only rule it replaced (old_rule), on the same pairs; then the
+verdict's rates on simulated repeats. The figures in docs/report.md come from here."""
 from __future__ import annotations
 
 import argparse
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
         return 2
     print(f"{len(folders)} folders in {out}; {cpu_line(load_records(folders[0])[0].get('env') or {})}")
     print("command: python " + " ".join(COMMAND))
-    for name, pairs in (("independent pairs", zip(folders[::2], folders[1::2])),
+    for name, pairs in (("consecutive pairs", zip(folders[::2], folders[1::2])),
                         ("all ordered pairs", itertools.permutations(folders, 2))):
         new, old, n = count(folders, pairs)
         rows = sum(new.values())

@@ -63,8 +63,8 @@ def _as_rule(said):
 
 def test_the_planted_band_only_rule_fails():
     """The rule before issue 30: slower when the ratio of the medians leaves the band,
-    whatever the repeats. It gives a verdict on one repeat a side, and on A against A at
-    2 repeats it says slower 11 % of the time."""
+    whatever the repeats. It gives a verdict on one repeat a side, and with no band it
+    says slower on 12 % of the A-against-A pairs at 2 repeats."""
     planted = _as_rule(old_rule)
     check_clear_slowdown(planted)                       # it did see a clear slowdown
     with pytest.raises(AssertionError):
@@ -74,8 +74,8 @@ def test_the_planted_band_only_rule_fails():
 
 
 def test_the_planted_normal_z_fails(monkeypatch):
-    """The normal distribution's quantiles in place of Student's t: at 2 and 3 repeats a
-    side it says slower on A against A 12 % and 9 % of the time."""
+    """The normal distribution's quantiles in place of Student's t: with no band it says
+    slower on 12 % and 9 % of the A-against-A pairs at 2 and 3 repeats a side."""
     def z_test(mean1, sd1, n1, mean2, sd2, n2, equal_var, alternative):
         z = (mean1 - mean2) / np.sqrt(sd1 ** 2 / n1 + sd2 ** 2 / n2)
         return SimpleNamespace(pvalue=stats.norm.sf(z) if alternative == "greater" else stats.norm.cdf(z))
