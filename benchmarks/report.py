@@ -3,8 +3,8 @@
 With one folder: reads the JSON records that benchmarks.compare wrote there and
 rewrites report.md and the plots, printing the table; nothing is measured.
 With two: the rows both hold, NEW_DIR's sec/epoch over DIR's and a verdict (faster,
-slower, within noise), printed and written to NEW_DIR/comparison.md; with
---fail-on-slower the exit code is 1 when a row got slower beyond the noise.
+slower, within noise, or too few repeats: common.reports.verdict), printed and written
+to NEW_DIR/comparison.md; with --fail-on-slower the exit code is 1 when a row is slower.
 For other programs and over time: --format csv|json (one row per run),
 --append-history FILE.jsonl, --plot-history FILE.jsonl, and --against-history
 FILE.jsonl, the gate against the history instead of a second folder."""
@@ -20,7 +20,7 @@ from rich.console import Console
 from common.reports import export, history, runs as report, utilisation
 from common.results.record import RecordError, load_records, read_record
 
-from .cli import COMMAND_FILE, Parser, UsageError, positive, recorded_command
+from .cli import COMMAND_FILE, Parser, UsageError, positive, positive_float, recorded_command
 
 
 def render(out: Path, command: str, console: Console, plots: bool = True,
@@ -65,10 +65,12 @@ def build_parser() -> Parser:
     p.add_argument("folder", nargs="?", help="a compare results folder")
     p.add_argument("new_folder", nargs="?", help="a second results folder to compare with the first")
     p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--noise", type=float, default=report.DEFAULT_NOISE,
-                   help="relative change taken as noise when the runs do not show their own")
+    p.add_argument("--noise", type=positive_float, default=report.DEFAULT_NOISE,
+                   help="the band: the smallest relative change of sec/epoch called slower or "
+                        "faster, however certain a smaller one")
     p.add_argument("--fail-on-slower", action="store_true",
-                   help="exit 1 when a row got slower beyond the noise (for a CI gate)")
+                   help="exit 1 when a row is slower (for a CI gate); a row with too few "
+                        "repeats for a verdict is named, not counted")
     p.add_argument("--format", choices=export.FORMATS, default=None,
                    help="write the folder's runs as rows (one per run; columns in "
                         "docs/report.md) instead of rendering the report")
@@ -84,8 +86,8 @@ def build_parser() -> Parser:
                         "run against the same configuration's last --last runs there, on the "
                         "same machine kind")
     p.add_argument("--last", type=positive, default=1, metavar="N",
-                   help="--against-history: the baseline is the median sec/epoch of the last "
-                        "N matching runs (1: the last run)")
+                   help="--against-history: the baseline is the repeats of the last N "
+                        "matching runs together (1: the last run's)")
     p.add_argument("--plot-history", default=None, metavar="FILE.jsonl",
                    help="plot sec/epoch and test accuracy of each configuration over the "
                         "history's commits (or --by version) to a PNG")
@@ -170,14 +172,20 @@ def _console() -> Console:
 
 def _compare_two(before: Path, after: Path, args) -> int:
     rows = report.compare_folders(load_records(before), load_records(after), args.noise)
-    _console().print(report.comparison_table(rows))
     buf = io.StringIO()
     Console(file=buf, width=300, color_system=None).print(report.comparison_table(rows, True))
     (after / "comparison.md").write_text(
-        f"# {after} against {before}\n\nsec/epoch (median over epochs); noise: the "
-        f"larger of {args.noise:.0%} and either row's own spread (over its repeats, else its "
-        f"epochs).\n\n"
-        + buf.getvalue())
+        f"# {after} against {before}\n\n" + buf.getvalue() + "\n"
+        + "".join(line + "\n\n" for line in report.comparison_notes(rows, args.noise)))
+    return _verdicts(rows, args, _console())
+
+
+def _verdicts(rows: list[dict], args, console: Console) -> int:
+    """Print the comparison and its notes; the exit code: 1 when --fail-on-slower and a
+    row is slower (rows with too few repeats for a verdict are named, not counted)."""
+    console.print(report.comparison_table(rows))
+    for line in report.comparison_notes(rows, args.noise):
+        console.print(line, highlight=False, markup=False)
     slower = [r for r in rows if r["verdict"] == "slower"]
     return 1 if (slower and args.fail_on_slower) else 0
 
@@ -191,16 +199,15 @@ def _gate(folder: Path, args) -> int:
                          f"{args.against_history} (the same configuration, steps per epoch, "
                          "threads and machine kind)")
     console = Console(stderr=True) if args.format and not args.output else _console()
-    console.print(report.comparison_table(rows))
-    baseline = "the last run" if args.last == 1 else f"the median of the last {args.last} runs"
+    code = _verdicts(rows, args, console)
+    baseline = "the last run" if args.last == 1 else f"the last {args.last} runs, their repeats together,"
     console.print(f"before: {baseline} of each configuration in {args.against_history}; "
                   + "; ".join(f"{r['framework']} {r['mode']} x{r['devices']}: {r['baseline']}"
                               for r in rows), highlight=False, markup=False)
     for row in missing:
         console.print(f"no baseline in the history: {history.label(row)}", highlight=False,
                       markup=False)
-    slower = [r for r in rows if r["verdict"] == "slower"]
-    return 1 if (slower and args.fail_on_slower) else 0
+    return code
 
 
 if __name__ == "__main__":

@@ -187,19 +187,35 @@ def test_comparing_folders_flags_a_slowdown(tmp_path):
                        "--peak-gemm-size", "0"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     import shutil
+    # one repeat a side: too few for a verdict, and the gate says so rather than fail
+    slow_once = tmp_path / "slow-once"
+    shutil.copytree(first, slow_once)
+    _scale_times(slow_once, 2, 1)
+    once = run_python(["-m", "benchmarks.report", str(first), str(slow_once), "--fail-on-slower"])
+    assert once.returncode == 0 and "too few repeats: 2 or more" in once.stdout, once.stdout + once.stderr
+    # three repeats made from the measured one (2 % apart), as they are, and twice as slow
     same, slow = tmp_path / "same", tmp_path / "slow"
     shutil.copytree(first, same)
     shutil.copytree(first, slow)
-    for path in slow.glob("*dev.json"):
-        record = json.loads(path.read_text())
-        for figures in [record, *record.get("repeats", [])]:     # every repeat's too
-            figures["sec_per_epoch"] = [2 * s for s in figures["sec_per_epoch"]]
-        path.write_text(json.dumps(record))
+    for folder, k in ((first, 1), (same, 1), (slow, 2)):
+        _scale_times(folder, k, 3)
     ok = run_python(["-m", "benchmarks.report", str(first), str(same), "--fail-on-slower"])
-    assert ok.returncode == 0 and "within noise" in ok.stdout, ok.stdout + ok.stderr
+    assert ok.returncode == 0 and "within noise (p" in ok.stdout, ok.stdout + ok.stderr
     bad = run_python(["-m", "benchmarks.report", str(first), str(slow), "--fail-on-slower"])
-    assert bad.returncode == 1 and "slower" in bad.stdout, bad.stdout + bad.stderr
-    assert "slower" in (slow / "comparison.md").read_text()
+    assert bad.returncode == 1 and "slower (p" in bad.stdout, bad.stdout + bad.stderr
+    assert "slower (p" in (slow / "comparison.md").read_text()
+
+
+def _scale_times(folder, k: float, repeats: int) -> None:
+    """The folder's records' epoch times times k, as 1 to 3 repeats 2 % apart."""
+    from common.results.record import REPEAT_KEYS
+    for path in folder.glob("*dev.json"):
+        record = json.loads(path.read_text())
+        record["sec_per_epoch"] = secs = [k * s for s in record["sec_per_epoch"]]
+        record["repeats"] = [{**{key: record.get(key) for key in REPEAT_KEYS}, "status": "ok",
+                              "sec_per_epoch": [f * s for s in secs]}
+                             for f in (1.0, 1.02, 0.98)[:repeats]]
+        path.write_text(json.dumps(record))
 
 
 def test_executions_name_the_rows_and_a_default_runs_once():

@@ -197,10 +197,11 @@ def test_repeat_median_spread_and_noisy():
     assert "noisy" in noisy["note"]
 
 
-def test_comparing_folders_uses_the_repeats_spread():
+def test_comparing_folders_weighs_the_repeats():
     before = [fake_record(secs=(1.0, 1.6, 1.3))]          # noisy: 46 % spread
-    after = [fake_record(secs=(1.5, 1.55, 1.45))]         # 1.15x: beyond 15 %, within 46 %
-    assert report.compare_folders(before, after)[0]["verdict"] == "within noise"
+    after = [fake_record(secs=(1.5, 1.55, 1.45))]         # 1.17x, beyond the 15 % band
+    (row,) = report.compare_folders(before, after)
+    assert row["verdict"] == "too few repeats" and row["says"].endswith("a side would decide")
     quiet = [fake_record(secs=(1.0, 1.01, 0.99))]
     assert report.compare_folders(quiet, after)[0]["verdict"] == "slower"
 

@@ -35,6 +35,12 @@ def _record(framework="pytorch", mode="scratch", devices=1, secs=(1.0, 1.0), sta
     return r
 
 
+def _repeated(secs, **extra) -> dict:
+    """A record of one configuration with these repeats' sec/epoch (one epoch each)."""
+    secs = tuple(secs)
+    return _record(secs=secs[:1], repeats=[(x,) for x in secs] if len(secs) > 1 else None, **extra)
+
+
 def _folder(path: Path, records: list[dict]) -> Path:
     for r in records:
         write_atomic(path / record_filename(r), r)
@@ -89,10 +95,11 @@ def test_every_column_is_defined_in_the_docs():
 
 
 def _history(tmp_path, secs_by_commit) -> Path:
-    """A history of one configuration measured at each commit (a folder each)."""
+    """A history of one configuration measured at each commit (a folder each): its
+    sec/epoch, or a tuple of its repeats' sec/epoch."""
     path = tmp_path / "history.jsonl"
     for i, (commit, sec) in enumerate(secs_by_commit):
-        r = _record(secs=(sec,), env={**ENV, "commit": commit})
+        r = _repeated(sec if isinstance(sec, tuple) else (sec,), env={**ENV, "commit": commit})
         folder = _folder(tmp_path / f"h{i}", [r])
         assert report.main([str(folder), "--append-history", str(path)]) == 0
     return path
@@ -109,19 +116,29 @@ def test_a_history_line_per_successful_run_once(tmp_path, capsys):
     assert line["commit"] == "abc123" and line["versions"]["torch"] == "2.13.0"
     assert line["machine"]["cpu_model"] == "CPU X" and re.match(r"\d{4}-\d\d-\d\dT", line["date"])
     assert line["row"]["sec_per_epoch_median"] == 1.0 and line["file"] == "pytorch-scratch-1dev.json"
+    assert line["sec_per_epoch_repeats"] == [1.0]               # what the gate's test weighs
+
+
+STEADY = (1.0, 1.02, 0.98)                     # a run's 3 repeats' sec/epoch
+
+
+def _times(k: float) -> tuple:
+    return tuple(k * x for x in STEADY)
 
 
 @pytest.mark.parametrize("past, after, last, code, verdict", [
-    ([1.0], 1.0, 1, 0, "within noise"),               # an equal run passes
-    ([1.0], 2.0, 1, 1, "slower"),                     # a slower one fails
-    ([1.0], 0.5, 1, 0, "faster"),
-    ([1.0, 1.0, 1.5], 1.5, 1, 0, "within noise"),     # the last run was as slow
-    ([1.0, 1.0, 1.5], 1.5, 3, 1, "slower"),           # the median of the last three was not
-    ([1.0, 1.0, 1.5], 1.0, 3, 0, "within noise"),
+    ([STEADY], STEADY, 1, 0, "within noise (p"),              # an equal run passes
+    ([STEADY], _times(2), 1, 1, "slower (p"),                 # a slower one fails
+    ([STEADY], _times(0.5), 1, 0, "faster (p"),
+    ([STEADY, STEADY, _times(1.5)], _times(1.5), 1, 0, "within noise (p"),  # the last run was as slow
+    ([STEADY, STEADY, _times(1.5)], _times(1.5), 3, 1, "slower (p"),  # the last three's repeats were not
+    # the last three's repeats, one run slow: 0.87x, just inside the band, and unsure
+    ([STEADY, STEADY, _times(1.5)], STEADY, 3, 0, "too few repeats: more than 20"),
+    ([(1.0,)], (2.0,), 1, 0, "too few repeats: 2 or more"),  # one repeat: no verdict
 ])
 def test_the_gate_against_the_history(tmp_path, capsys, past, after, last, code, verdict):
     path = _history(tmp_path, [(f"c{i}", sec) for i, sec in enumerate(past)])
-    folder = _folder(tmp_path / "new", [_record(secs=(after,), warmup_sec=7.0)])
+    folder = _folder(tmp_path / "new", [_repeated(after, warmup_sec=7.0)])
     got, out, err = _main([folder, "--against-history", path, "--last", last, "--fail-on-slower"],
                           capsys)
     assert got == code and verdict in out, out + err
@@ -129,17 +146,28 @@ def test_the_gate_against_the_history(tmp_path, capsys, past, after, last, code,
     assert report.main([str(folder), "--against-history", str(path), "--last", str(last)]) == 0
 
 
+def test_a_history_line_without_its_repeats_is_one_figure(tmp_path, capsys):
+    """Lines appended before the repeats were kept have their median only."""
+    path = _history(tmp_path, [("old", STEADY)])
+    (line,) = history.read(path)
+    assert line["sec_per_epoch_repeats"] == list(STEADY)
+    del line["sec_per_epoch_repeats"]
+    path.write_text(json.dumps(line) + "\n")
+    folder = _folder(tmp_path / "new", [_repeated(_times(2))])
+    code, out, err = _main([folder, "--against-history", path, "--fail-on-slower"], capsys)
+    assert code == 0 and "1 / 3" in out and "too few repeats: 2 or more" in out, out + err
+
+
 def test_the_gate_takes_neither_the_folders_own_runs_nor_another_machine(tmp_path, capsys):
-    path = _history(tmp_path, [("old", 1.0)])
-    elsewhere = _folder(tmp_path / "gpu", [_record(secs=(0.1,), env={**ENV, "gpu_model": "H100",
-                                                                      "commit": "gpu"})])
+    path = _history(tmp_path, [("old", STEADY)])
+    elsewhere = _folder(tmp_path / "gpu", [_repeated(_times(0.1), env={**ENV, "gpu_model": "H100",
+                                                                        "commit": "gpu"})])
     assert report.main([str(elsewhere), "--append-history", str(path)]) == 0
-    folder = _folder(tmp_path / "new", [_record(secs=(1.0,), warmup_sec=3.0,
-                                                env={**ENV, "commit": "new"})])
+    folder = _folder(tmp_path / "new", [_repeated(STEADY, warmup_sec=3.0, env={**ENV, "commit": "new"})])
     assert report.main([str(folder), "--append-history", str(path)]) == 0
     code, out, err = _main([folder, "--against-history", path, "--fail-on-slower"], capsys)
     # against the run before it: not itself, not the GPU's
-    assert code == 0 and "within noise" in out and "1 run(s): old" in out, out + err
+    assert code == 0 and "within noise (p" in out and "1 run(s): old" in out, out + err
     only = _folder(tmp_path / "only", [_record(secs=(2.0,), env={**ENV, "cpu_model": "CPU Y"})])
     code, _, err = _main([only, "--against-history", path], capsys)
     assert code == 2 and "has a baseline" in err and len(err.strip().splitlines()) == 1

@@ -57,7 +57,8 @@ def lines_of(records: list[dict], paths: list[Path], now: float) -> list[dict]:
             "commit": env.get("commit"), "date": _utc(path.stat().st_mtime),
             "appended": _utc(now), "folder": str(path.parent), "file": path.name,
             "machine": {k: env.get(k) for k in MACHINE}, "versions": env.get("libraries") or {},
-            "row": row})
+            # each repeat's sec/epoch, what the gate's test weighs
+            "sec_per_epoch_repeats": runs.timing(r)["runs"], "row": row})
     return out
 
 
@@ -106,15 +107,19 @@ def _same(row: dict) -> tuple:
     return (*(row.get(k) for k in SAME), schedule_of(row), bool(row.get("trace_file")))
 
 
+def repeats(entry: dict) -> list[float]:
+    """A history line's repeats' sec/epoch; a line appended before they were kept has only
+    its median, one figure."""
+    return entry.get("sec_per_epoch_repeats") or [entry["row"]["sec_per_epoch_median"]]
+
+
 def against(records: list[dict], history: list[dict], last: int = 1,
             noise: float = runs.DEFAULT_NOISE) -> tuple[list[dict], list[dict]]:
     """The gate: each successful run of a folder against the same measurement in the
-    history (SAME), excluding the folder's own runs. Baseline: the last `last` of those
-    runs, their median sec/epoch (robust to one odd run among them); noise band: the
-    larger of `noise` and the spread over its repeats of the row or of a baseline run
-    (as compare_folders; the spread between the baseline runs would count real changes
-    between commits as noise). Returns (the rows in the shape of
-    common.reports.runs.compare_folders, the folder's rows that have no baseline)."""
+    history (SAME), excluding the folder's own runs. Before: the repeats of the last
+    `last` of those runs together; after: the run's repeats; the verdict is the two-folder
+    comparison's (common.reports.runs.comparison_row). Returns (the rows in the shape of
+    compare_folders, the folder's rows that have no baseline)."""
     mine = {run_id(r) for r in records}
     past: dict[tuple, list[dict]] = {}
     for e in history:
@@ -122,19 +127,16 @@ def against(records: list[dict], history: list[dict], last: int = 1,
                 and e["row"].get("sec_per_epoch_median"):
             past.setdefault(_same(e["row"]), []).append(e)
     rows, missing = [], []
-    for row in export.rows(records):
+    for r, row in zip(records, export.rows(records)):
         if row["status"] != "ok" or not row["sec_per_epoch_median"]:
             continue
         base = past.get(_same(row), [])[-last:]
         if not base:
             missing.append(row)
             continue
-        band = max(noise, row["sec_per_epoch_spread"] or 0.0,
-                   *(e["row"].get("sec_per_epoch_spread") or 0.0 for e in base))
         commits = list(dict.fromkeys(str(e.get("commit")) for e in base))
-        rows.append({**runs.comparison_row(
-                         row, statistics.median(e["row"]["sec_per_epoch_median"] for e in base),
-                         row["sec_per_epoch_median"], band),
+        rows.append({**runs.comparison_row(row, [x for e in base for x in repeats(e)],
+                                           runs.timing(r)["runs"], noise),
                      "baseline": f"{len(base)} run(s): " + ", ".join(commits)})
     return rows, missing
 

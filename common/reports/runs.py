@@ -18,7 +18,7 @@ from common.core import modes
 from common.facts import registry
 from common.facts.machine import cpu_line
 from common.facts.registry import NAMES
-from common.reports import utilisation
+from common.reports import utilisation, verdict
 from common.results.record import ok_repeats, schedule_of
 
 
@@ -666,8 +666,9 @@ def save_figure(plt, fig, path: Path) -> Path:
     return path
 
 
-# Without repeats to measure it, the noise a timing is assumed to carry: the same run
-# on these shared machines varies by 10-40% from one time to the next.
+# The smallest change of sec/epoch called slower or faster (common.reports.verdict): the
+# same run on these shared machines drifts by 10-40 % from one time to the next, and a
+# drift between two folders is not a change of the code.
 DEFAULT_NOISE = 0.15
 
 
@@ -676,48 +677,50 @@ def _key(r: dict) -> tuple:
             bool(r.get("sync_bn")), schedule_of(r), r["devices"])
 
 
-def _spread(r: dict) -> float:
-    """Relative spread (max - min) / median of a configuration's repeats (--repeat), or
-    else of its epoch times; 0 with one of each."""
-    runs = timing(r)["runs"]
-    xs = runs if len(runs) > 1 else (r.get("sec_per_epoch") or [])
-    return (max(xs) - min(xs)) / statistics.median(xs) if len(xs) > 1 else 0.0
-
-
 def compare_folders(before: list[dict], after: list[dict], noise: float = DEFAULT_NOISE) -> list[dict]:
-    """Rows present in both, with after/before sec/epoch and a verdict: slower or faster
-    beyond the noise (the larger of `noise` and either row's spread: over its repeats
-    when it has several, else over its epochs), else within noise."""
+    """Rows present in both, each with the verdict on its repeats' sec/epoch (timing's
+    runs) before and after (comparison_row)."""
     old = {_key(r): r for r in before if r["status"] == "ok"}
-    rows = []
-    for r in after:
-        a = old.get(_key(r))
-        if r["status"] != "ok" or a is None:
-            continue
-        rows.append(comparison_row(r, timing(a)["sec"], timing(r)["sec"],
-                                   max(noise, _spread(a), _spread(r))))
-    return rows
+    return [comparison_row(r, timing(old[_key(r)])["runs"], timing(r)["runs"], noise)
+            for r in after if r["status"] == "ok" and _key(r) in old]
 
 
-def comparison_row(r: dict, before: float, after: float, band: float) -> dict:
-    """A row of a comparison (compare_folders; the history's gate): a run's sec/epoch
-    after over before, slower or faster when the ratio leaves the noise band."""
-    ratio = after / before
+def comparison_row(r: dict, before: list[float], after: list[float], band: float) -> dict:
+    """A row of a comparison (compare_folders; the history's gate): the repeats' sec/epoch
+    before and after, their geometric means, and the verdict (common.reports.verdict)."""
+    v = verdict.verdict(before, after, band)
     return {"framework": r["framework"], "model": r.get("model") or "lenet",
             "mode": mode_label(r) + (f" {r['execution']}" if r.get("execution") else ""),
-            "devices": r["devices"], "before": before, "after": after, "ratio": ratio,
-            "noise": band,
-            "verdict": ("slower" if ratio > 1 + band else "faster" if ratio < 1 / (1 + band)
-                        else "within noise")}
+            "devices": r["devices"], "before": statistics.geometric_mean(before),
+            "after": statistics.geometric_mean(after), "band": band, **v,
+            "says": verdict.says(v, verdict.needed(before, after, band)
+                                 if v["verdict"] == verdict.TOO_FEW else None)}
 
 
 def comparison_table(rows: list[dict], markdown: bool = False) -> Table:
     t = Table(title=None if markdown else "sec/epoch, after vs before",
               box=box.MARKDOWN if markdown else box.SIMPLE_HEAD)
-    for c in ("framework", "model", "mode", "devices", "before", "after", "ratio", "noise", "verdict"):
-        t.add_column(c, justify="right" if c in ("devices", "before", "after", "ratio", "noise") else "left")
+    numbers = ("devices", "repeats", "before", "after", "ratio", "band")
+    for c in ("framework", "model", "mode", *numbers, "verdict"):
+        t.add_column(c, justify="right" if c in numbers else "left")
     for r in rows:
         t.add_row(*(Text(x) for x in (r["framework"], r["model"], r["mode"], str(r["devices"]),
-                                      f"{r['before']:.2f}", f"{r['after']:.2f}", f"{r['ratio']:.2f}",
-                                      f"±{r['noise']:.0%}", r["verdict"])))
+                                      "{} / {}".format(*r["repeats"]), f"{r['before']:.2f}",
+                                      f"{r['after']:.2f}", f"{r['ratio']:.2f}",
+                                      f"±{r['band']:.0%}", r["says"])))
     return t
+
+
+def comparison_notes(rows: list[dict], band: float) -> list[str]:
+    """What the comparison table's figures and verdicts are, and which rows had too few
+    repeats for one (a gate does not count them)."""
+    few = [r for r in rows if r["verdict"] == verdict.TOO_FEW]
+    return [f"before, after: geometric mean of the repeats' sec/epoch (each repeat's median "
+            f"epoch); ratio: after / before. Verdict: Welch's t-test on the log times, one-sided "
+            f"at {verdict.ALPHA:.0%}: slower or faster when the ratio is beyond the band (±{band:.0%}) "
+            f"and the test says so; within noise when the test shows the change inside the "
+            f"band; otherwise too few repeats (docs/report.md)."] + (
+        [f"{len(few)} of {len(rows)} row(s) had too few repeats for a verdict ("
+         + ", ".join(f"{r['framework']} {r['mode']} x{r['devices']}" for r in few)
+         + "): --fail-on-slower does not count them; measure with benchmarks.compare --repeat N."]
+        if few else [])

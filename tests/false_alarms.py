@@ -1,0 +1,106 @@
+"""How often benchmarks.report calls a change "slower" when nothing changed:
+`python -m tests.false_alarms OUT [--folders N]` runs the same configuration N times
+(benchmarks.compare, COMMAND below, each into OUT/runNN), then compares the folders as
+A against A; `--count` only compares the folders already in OUT.
+
+Counted twice: over the consecutive pairs (run01 against run02, run03 against run04,
+...: measured one after the other, no folder in two pairs), and over every ordered pair
+of different folders (many more, measured up to the whole session apart, but not
+independent: each folder is in many). Each with the verdict of common.reports.verdict
+and with the band-only rule it replaced (old_rule), on the same pairs; then the
+verdict's rates on simulated repeats. The figures in docs/report.md come from here."""
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from common.facts.machine import cpu_line
+import numpy as np
+
+from common.reports import runs, verdict
+from common.results.record import load_records
+
+# short runs (about a minute each on 2 cores): two rows a folder, 3 repeats each
+COMMAND = ["-m", "benchmarks.compare", "--framework", "pytorch", "--mode", "scratch,native",
+           "--dataset", "synthetic", "--epochs", "1", "--steps-per-epoch", "10",
+           "--eval-samples", "256", "--repeat", "3", "--peak-gemm-size", "0", "--no-plots"]
+
+
+def old_rule(before: list[float], after: list[float], band: float) -> str:
+    """The verdict before issue 30: slower or faster when the ratio of the medians leaves
+    a band, the larger of `band` and either side's spread ((max - min) / median; with
+    one repeat the old rule took the spread of its epochs, 0 here)."""
+    def spread(xs):
+        return (max(xs) - min(xs)) / statistics.median(xs) if len(xs) > 1 else 0.0
+    ratio = statistics.median(after) / statistics.median(before)
+    wide = max(band, spread(before), spread(after))
+    return "slower" if ratio > 1 + wide else "faster" if ratio < 1 / (1 + wide) else "within noise"
+
+
+def simulated(rule, n: int, ratio: float = 1.0, band: float = runs.DEFAULT_NOISE,
+              sd: float = 0.1, draws: int = 2000) -> float:
+    """How often `rule` says slower on `draws` pairs of n repeats a side drawn from
+    log-normal distributions (sd of the logs `sd`: 10 %, as on these shared machines),
+    the second `ratio` times the first (1: A against A)."""
+    rng = np.random.default_rng(n)
+    logs = rng.normal(0.0, sd, (draws, 2, n)) + [[0.0], [np.log(ratio)]]
+    return sum(rule(a, b, band)["verdict"] == "slower" for a, b in np.exp(logs).tolist()) / draws
+
+
+def count(folders: list[Path], pairs) -> tuple[Counter, Counter, int]:
+    """(the new verdicts, the old rule's, the pairs) over the rows both folders of each
+    pair hold."""
+    records = {f: load_records(f) for f in folders}
+    new, old, n = Counter(), Counter(), 0
+    for a, b in pairs:
+        n += 1
+        for row in runs.compare_folders(records[a], records[b]):
+            new[row["verdict"]] += 1
+        times = {runs._key(r): runs.timing(r)["runs"] for r in records[a] if r["status"] == "ok"}
+        for r in records[b]:
+            if r["status"] == "ok" and runs._key(r) in times:
+                old[old_rule(times[runs._key(r)], runs.timing(r)["runs"], runs.DEFAULT_NOISE)] += 1
+    return new, old, n
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.false_alarms", description=__doc__.split("\n\n")[0])
+    p.add_argument("out", help="the folder of the runs (OUT/runNN)")
+    p.add_argument("--folders", type=int, default=20, help="runs of the same configuration")
+    p.add_argument("--count", action="store_true", help="count the folders already in OUT")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    if not args.count:
+        for i in range(1, args.folders + 1):
+            subprocess.run([sys.executable, *COMMAND, "--out", str(out / f"run{i:02d}")],
+                           check=True, stdout=subprocess.DEVNULL)
+    # the finished runs (compare writes report.md last)
+    folders = sorted(f.parent for f in out.glob("run*/report.md"))
+    if len(folders) < 2:
+        print(f"false_alarms: error: fewer than 2 finished runs in {out} (runNN/report.md)",
+              file=sys.stderr)
+        return 2
+    print(f"{len(folders)} folders in {out}; {cpu_line(load_records(folders[0])[0].get('env') or {})}")
+    print("command: python " + " ".join(COMMAND))
+    for name, pairs in (("consecutive pairs", zip(folders[::2], folders[1::2])),
+                        ("all ordered pairs", itertools.permutations(folders, 2))):
+        new, old, n = count(folders, pairs)
+        rows = sum(new.values())
+        print(f"{name}: {n} pairs, {rows} rows; verdict: "
+              + ", ".join(f"{k} {v} ({v / rows:.1%})" for k, v in sorted(new.items()))
+              + "; old band rule: "
+              + ", ".join(f"{k} {v} ({v / rows:.1%})" for k, v in sorted(old.items())))
+    print("simulated (log-normal repeats, sd 10 %, 2000 pairs; slower, at the default band):")
+    for ratio in (1.0, 1.3):
+        print(f"  {ratio}x: " + ", ".join(f"{n} repeats {simulated(verdict.verdict, n, ratio):.1%}"
+                                          for n in (2, 3, 5)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
