@@ -308,7 +308,7 @@ def supervise(procs: list[Proc], env: dict, log_dir: Path, join_timeout: float,
                            "died or hangs, or the link between them is down)")
                 if why:
                     _copy_logs(log_dir)
-                    raise LaunchError(f"{why}; its log: {log_tail(logs[i])}")
+                    raise LaunchError(f"{why}; its log: {log_tail(logs[i]) or '(empty)'}")
     finally:
         _stop(running)
 
