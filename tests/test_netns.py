@@ -109,3 +109,22 @@ def test_a_killed_owners_network_is_removed_at_the_next_start():
     with netns.running(2, netns.UNSHAPED):
         assert mine() == []
     assert not (netns.STATE_DIR / run_id).exists()
+
+
+def test_a_node_finds_its_own_address_and_interface():
+    """What every engine is handed on a real machine (common.launch.nodes.Cluster.own):
+    the route to the master's source address, or the node's --node-hosts entry unless
+    that is loopback (a hostname that /etc/hosts maps to 127.0.x.1)."""
+    show = ("import sys; from common.launch.nodes import Cluster; "
+            "hosts = tuple(sys.argv[2].split(',')) if sys.argv[2] else None; "
+            "print(*Cluster(2, (int(sys.argv[1]),), '10.77.0.1', 1, hosts, 1).own(int(sys.argv[1])))")
+    with netns.running(2, netns.UNSHAPED) as net:
+        def own(node, hosts=""):
+            done = subprocess.run(net.wrap(node, [sys.executable, "-c", show, str(node), hosts]),
+                                  capture_output=True, text=True, cwd=ROOT, env=subprocess_env())
+            assert done.returncode == 0, done.stderr
+            return done.stdout.split()
+        assert own(1) == ["10.77.0.2", netns.LINK_IF]          # the route to the master
+        assert own(0) == ["10.77.0.1", netns.LINK_IF]          # the master itself
+        assert own(1, "10.77.0.1,10.77.0.2") == ["10.77.0.2", netns.LINK_IF]
+        assert own(1, "10.77.0.1,localhost") == ["10.77.0.2", netns.LINK_IF]
