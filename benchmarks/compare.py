@@ -249,7 +249,8 @@ def check_nodes(args) -> None:
             raise UsageError(f"{why}; or --launcher local, every node on loopback")
     if args.launcher != "cluster":
         if given:
-            raise UsageError(f"--launcher {args.launcher} simulates every node here: drop {given[0]}")
+            raise UsageError(f"--launcher {args.launcher} simulates every node here: "
+                             f"drop {given[0]}")
         return
     if args.node_rank is None or args.master is None:
         raise UsageError(f"--nodes {args.nodes} on a cluster needs this machine's --node-rank "

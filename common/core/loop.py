@@ -63,9 +63,10 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     """Warm up, reset to the initial weights, then train and time cfg.epochs epochs.
     The device is synchronised before every clock read. With `link` (a node's byte
     counters, {"tx": n, "rx": n}), the result's "link_bytes" holds what its link carried
-    within the timed epochs (read beside the clocks, evaluation left out). With cfg.trace, the result's
-    "timeline" holds the spans (common/results/trace.py) and their common mark, the
-    start of the first timed epoch; the device is then synchronised after every step."""
+    within the timed epochs (read beside the clocks, evaluation left out). With
+    cfg.trace, the result's "timeline" holds the spans (common/results/trace.py) and
+    their common mark, the start of the first timed epoch; the device is then
+    synchronised after every step."""
     model = models.get(cfg.model)
     params0, state0 = model.init_params(cfg.seed, cfg.init), model.init_state()
     orders = [data_mod.batch_order(len(ds.X_train), cfg.batch_size, e, cfg.seed)

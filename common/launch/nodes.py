@@ -16,7 +16,9 @@ A node runs the processes `node_processes` lists; `supervise` starts them, passe
 lead's progress lines on, and ends the run as failed, killing every local process,
 when a process fails, when the node has not joined within the join timeout (a node
 that never starts), or when its lead falls silent for that long after joining (a
-node that died). Every rank process is common/launch/rank.py."""
+node that died). Every rank process is common/launch/rank.py. Every engine is handed
+the node's own address and interface (Cluster.own); with --launcher netns each node
+runs in a network namespace of its own (common/launch/netns.py)."""
 from __future__ import annotations
 
 import ipaddress
@@ -91,8 +93,8 @@ class Cluster:
 
 def own_address(addr: str, route: bool = False) -> tuple[str, str | None]:
     """(address, interface) of this machine: `addr` itself, or with `route` the source
-    address of the route to `addr` (`ip route get`); the interface holding it (None where
-    `ip` is missing or none holds it, e.g. behind NAT)."""
+    address of this machine's route to `addr` (what `ip route get` shows); the interface
+    holding it from `ip -o addr` (None where `ip` is missing or none holds it: NAT)."""
     if ipaddress.ip_address(addr).is_loopback:
         return addr, "lo"
     if route:
@@ -166,7 +168,8 @@ def _engine_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[P
             f"{cluster.master_addr}:{cluster.master_port}", "--nnodes", str(n), "--rank", str(node),
             "--host", addr,         # the endpoint its ranks advertise (else the hostname's)
             "--nproc_per_node", str(k), "--max_restart", "0", "--job_id",
-            f"dl-compare-{cluster.master_port}", "--log_dir", str(out_dir / "logs" / f"paddle-node{node}"),
+            f"dl-compare-{cluster.master_port}",
+            "--log_dir", str(out_dir / "logs" / f"paddle-node{node}"),   # copied on failure
             *_rank_argv(cfg_json, out_dir)], lead=True)]
     if kind == "tf-config":
         # a worker per device, each on its own port of its node's host
