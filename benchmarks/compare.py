@@ -30,7 +30,7 @@ from common.core.pipeline import SCHEDULES
 from common.core.plan import RunConfig
 from common.experiments import gemm
 from common.facts.machine import env_info, gpu_count
-from common.launch import progress as progress_lines
+from common.launch import netns, progress as progress_lines
 from common.results import utilisation
 from common.results.record import (FAILED, REPEAT_KEYS, RecordError, mark_not_installed, new_record,
                                    ok_repeats, read_record, record_filename, write_atomic)
@@ -146,9 +146,14 @@ def build_parser() -> Parser:
     p.add_argument("--node-hosts", default=None, metavar="HOST,HOST,...",
                    help="every machine's address in node order; TensorFlow and Keras need it "
                         "(TF_CONFIG lists every worker)")
-    p.add_argument("--launcher", choices=("cluster", "local"), default="cluster",
+    p.add_argument("--launcher", choices=("cluster", "local", "netns"), default="cluster",
                    help="cluster: this machine is one of the --nodes; local: simulate all of "
-                        "them here, on localhost, each with its own processes")
+                        "them here, on localhost, each with its own processes; netns: emulate "
+                        "them here, each node in a network namespace of its own with its own "
+                        "address, joined by links of --link's rate (needs root, ip and tc)")
+    p.add_argument("--link", default=None, metavar="RATE",
+                   help="with --launcher netns: each node's egress shaped to RATE (tc's units: "
+                        "10mbit, 100mbit, 1gbit) or `unshaped` (the default)")
     p.add_argument("--join-timeout", type=positive_float, default=RUN_DEFAULTS["join_timeout"],
                    metavar="S", help="a run fails when a node has not joined within S seconds, "
                                      "or a joined one shows no progress for S seconds")
@@ -195,7 +200,7 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
     counts = args.devices or (sorted({1, gpus}) if gpus else list(CPU_DEFAULT_DEVICES))
     if args.cores_per_device:
         have = len(os.sched_getaffinity(0))
-        here = args.nodes if args.launcher == "local" else 1     # simulated nodes share them
+        here = args.nodes if args.launcher != "cluster" else 1     # simulated nodes share them
         need = args.cores_per_device * max(counts) * here
         if need > have:
             raise UsageError(f"--cores-per-device {args.cores_per_device} x {max(counts)} devices"
@@ -227,13 +232,26 @@ def check_nodes(args) -> None:
     given = [o for o, v in (("--node-rank", args.node_rank), ("--master", args.master),
                             ("--node-hosts", args.node_hosts)) if v is not None]
     if args.nodes == 1:
-        if given or args.launcher == "local":
-            raise UsageError(f"{(given or ['--launcher local'])[0]} is for runs across machines: "
-                             "add --nodes N (2 or more)")
-        return
-    if args.launcher == "local":
+        given += [f"--launcher {args.launcher}"] * (args.launcher != "cluster")
+        given += ["--link"] * (args.link is not None)
         if given:
-            raise UsageError(f"--launcher local simulates every node here: drop {given[0]}")
+            raise UsageError(f"{given[0]} is for runs across machines: add --nodes N (2 or more)")
+        return
+    if args.link is not None and args.launcher != "netns":
+        raise UsageError("--link shapes the links of emulated nodes: add --launcher netns")
+    if args.launcher == "netns":
+        args.link = args.link or netns.UNSHAPED
+        try:
+            netns.rate_bits(args.link)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        why = netns.unavailable()
+        if why:
+            raise UsageError(f"{why}; or --launcher local, every node on loopback")
+    if args.launcher != "cluster":
+        if given:
+            raise UsageError(f"--launcher {args.launcher} simulates every node here: "
+                             f"drop {given[0]}")
         return
     if args.node_rank is None or args.master is None:
         raise UsageError(f"--nodes {args.nodes} on a cluster needs this machine's --node-rank "

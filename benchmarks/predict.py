@@ -210,7 +210,7 @@ def shares_machine(record: dict) -> bool:
     its caches and memory bandwidth; GPUs and real machines do not."""
     if record.get("device_kind") == "gpu":
         return False
-    return (record.get("nodes") or 1) == 1 or record.get("launcher") == "local"
+    return (record.get("nodes") or 1) == 1 or record.get("launcher") in ("local", "netns")
 
 
 def predict(compute: Compute, nbytes: int, batch: int, k: int, link: Link, overlap: float,

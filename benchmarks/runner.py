@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from common.facts import registry
+from common.launch import netns
 from common.launch.launcher import ROOT, child_env, log_tail
 
 from .worker import QUIET_ENV
@@ -129,6 +130,8 @@ def run_config(cfg: dict, out_path: Path, timeout: float, log_path: Path | None 
                       log_path or out_path.with_suffix(".log"), timeout, on_line,
                       env=env or worker_env(cfg.get("threads") or os.cpu_count() or 1),
                       cwd=ROOT, stop=stop, python=registry.python(cfg["framework"]))
+    if cfg.get("launcher") == "netns":
+        netns.clean_stale()     # a killed worker could not remove its emulated network
     record = None
     if out_path.exists() and not (done.timed_out or done.interrupted):
         try:

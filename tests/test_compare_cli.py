@@ -39,6 +39,11 @@ BAD_INPUT = [
     (["--nodes", "2", "--node-rank", "0", "--master", "h:1", "--node-hosts", "a"],
      "--node-hosts lists 1 hosts for --nodes 2"),
     (["--nodes", "2", "--launcher", "local", "--join-timeout", "0"], "must be a finite number above 0"),
+    (["--link", "10mbit"], "--link is for runs across machines"),
+    (["--nodes", "2", "--launcher", "local", "--link", "10mbit"], "add --launcher netns"),
+    (["--nodes", "2", "--launcher", "netns", "--link", "fast"], "--link 'fast' is not a rate"),
+    (["--nodes", "2", "--launcher", "netns", "--link", "0mbit"], "--link '0mbit' is not a rate"),
+    (["--nodes", "2", "--launcher", "netns", "--master", "h:1"], "drop --master"),
 ]
 
 
@@ -347,3 +352,24 @@ def test_the_dl_compare_command_is_the_compare_module():
     assert command, "dl-compare is not beside this interpreter: reinstall (make install)"
     proc = subprocess.run([command, "--framework", "nope"], capture_output=True, text=True)
     assert proc.returncode == 2 and "unknown framework 'nope'" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("lack,message", [("root", "--launcher netns needs root"),
+                                          ("tc", "--launcher netns needs tc")])
+def test_emulated_nodes_without_root_or_tools_is_one_line_and_exit_2(lack, message, monkeypatch,
+                                                                     capsys):
+    import os
+    import shutil
+    from benchmarks import compare
+    if lack == "root":
+        monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    else:
+        which = shutil.which
+        monkeypatch.setattr(shutil, "which", lambda name: None if name == lack else which(name))
+    try:
+        code = compare.main(["--nodes", "2", "--launcher", "netns", "--dataset", "synthetic"])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    assert code == 2 and len(err.strip().splitlines()) == 1 and out == "", err
+    assert message in err

@@ -1,8 +1,10 @@
-"""Runs across several machines, simulated on this one (--launcher local: every node
-its own processes on localhost), each framework on its own engine: torchrun, Paddle's
-launcher, TF_CONFIG workers, MXNet's parameter server (common/launch/nodes.py). Two nodes of
-one process each must train as one process does on the full batch; a node that dies
-or never joins must end its run as failed, in bounded time."""
+"""Runs across several machines, emulated on this one (--launcher netns: every node in a
+network namespace of its own, its own address, the nodes joined by shaped links; where
+this machine cannot, --launcher local: every node its own processes on localhost), each
+framework on its own engine: torchrun, Paddle's launcher, TF_CONFIG workers,
+jax.distributed, MXNet's parameter server (common/launch/nodes.py). Two nodes of one
+process each must train as one process does on the full batch, their traffic crossing
+the links; a node that dies or never joins must end its run as failed, in bounded time."""
 import json
 import os
 import signal
@@ -15,6 +17,7 @@ import pytest
 
 from common.facts import data, registry
 from common import models
+from common.launch import netns
 from common.launch.launcher import free_port
 from tests.conftest import (RUN_SHAPE, ROOT, covered, having, interrupt, lacking, planted_run,
                             subprocess_env)
@@ -47,9 +50,17 @@ def _one_process():
     return _ONE[0]
 
 
+# the nodes' own addresses and links where this machine can make them (root, ip, tc):
+# what real machines need of every engine (its own address, not the hostname's) is then
+# checked too; the rate is one that LeNet's few steps do not wait on
+EMULATED = netns.unavailable() is None
+NODES = {"launcher": "netns", "link": "1gbit"} if EMULATED else {"launcher": "local"}
+NEEDS_NETNS = pytest.mark.skipif(not EMULATED, reason=netns.unavailable() or "")
+
+
 def _two_nodes(worker_record, framework):
-    return worker_record(framework, "native", 1, steps=STEPS, nodes=2, launcher="local",
-                         join_timeout=JOIN_TIMEOUT, init=INIT)
+    return worker_record(framework, "native", 1, steps=STEPS, nodes=2, join_timeout=JOIN_TIMEOUT,
+                         init=INIT, **NODES)
 
 
 @pytest.mark.parametrize("framework", lacking("nodes"))
@@ -65,7 +76,11 @@ def test_two_simulated_nodes_train_as_one_process(worker_record, framework):
     two = _ok(_two_nodes(worker_record, framework))
     assert (two["nodes"], two["world_size"], two["devices"]) == (2, 2, 1)
     assert len(two["node_sec_per_epoch"]) == 2 and all(two["node_sec_per_epoch"])
-    assert two["cluster_launcher"] and two["launcher"] == "local"
+    assert two["cluster_launcher"] and two["launcher"] == NODES["launcher"]
+    if EMULATED:       # each node its own address; its link carried its share (status ok)
+        assert two["link"]["addresses"] == ["10.77.0.1", "10.77.0.2"]
+        assert two["link"]["rate"] == "1gbit" and two["link"]["short"] is None
+        assert all(two["link"]["tx_bytes"]) and all(two["link"]["rx_bytes"])
     assert two["servers"] == (2 if registry.facts(framework).cluster == "dmlc" else None)
     # the gradients (and losses) of both nodes' shards were summed: else the second
     # step's loss would be that of half a batch's update, and the parameters others
@@ -104,12 +119,13 @@ def _compare(out: Path, *args) -> subprocess.Popen:
 # Paddle's launcher, and a process of ours (MXNet's worker beside its parameter server)
 @pytest.mark.parametrize("framework", [f for f in ("pytorch", "paddle", "mxnet") if f in covered()])
 def test_a_killed_node_fails_the_run_in_bounded_time(tmp_path, framework):
-    proc = _compare(tmp_path, "--framework", framework, "--nodes", "2", "--launcher", "local")
+    proc = _compare(tmp_path, "--framework", framework, "--nodes", "2", *_options(NODES))
     deadline = time.monotonic() + 240
     while not _rank_processes(1):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
         time.sleep(0.5)
     time.sleep(3)                          # let it start, join and train
+    links = _its_namespaces()
     for pid in _rank_processes(1):
         os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
@@ -122,6 +138,16 @@ def test_a_killed_node_fails_the_run_in_bounded_time(tmp_path, framework):
     assert "node" in record["error"], record["error"]
     assert time.monotonic() - killed < JOIN_TIMEOUT + 30
     assert not _rank_processes(0) and not _rank_processes(1), "rank processes left running"
+    assert bool(links) == EMULATED and not set(links) & set(netns._namespaces()), links
+
+
+def _options(fields: dict) -> list[str]:
+    return [a for k, v in fields.items() for a in (f"--{k}", v)]
+
+
+def _its_namespaces() -> list[str]:
+    """The emulated network of the one run under way (with its nodes' ranks running)."""
+    return netns._namespaces() if EMULATED else []
 
 
 def test_a_node_that_never_joins_fails_after_the_join_timeout(tmp_path):
@@ -133,7 +159,9 @@ def test_a_node_that_never_joins_fails_after_the_join_timeout(tmp_path):
     code = proc.wait(timeout=180)
     record = json.loads((tmp_path / f"{framework}-native-2nodes-1dev.json").read_text())
     assert code == 1 and record["status"] == "failed"
-    assert "did not join the run within 8 s" in record["error"], record["error"]
+    # the stage it stopped at, and the engine's own output in the run's log
+    assert "never joined the run within 8 s" in record["error"], record["error"]
+    assert "--- node0-worker0.log ---" in next((tmp_path / "logs").glob("*.log")).read_text()
     assert time.monotonic() - started < 90
     assert not _rank_processes(0)
 
@@ -142,12 +170,15 @@ def test_ctrl_c_stops_every_process_of_every_node(tmp_path):
     """torchrun and Paddle's launcher start their ranks in sessions of their own: the
     ranks must still end with the run (common/launch/rank.py ties them to their parent)."""
     framework = covered()[0]
-    interrupt(["-m", "benchmarks.compare", "--framework", framework, "--nodes", "2", "--launcher",
-               "local", "--dataset", "synthetic", "--epochs", "20", "--no-plots",
+    links = []
+    interrupt(["-m", "benchmarks.compare", "--framework", framework, "--nodes", "2",
+               *_options(NODES), "--dataset", "synthetic", "--epochs", "20", "--no-plots",
                "--peak-gemm-size", "0", "--out", str(tmp_path)], tmp_path,
-              ready=lambda: _rank_processes(1), settle=3)
+              ready=lambda: _rank_processes(1) and not links.extend(_its_namespaces()), settle=3)
     time.sleep(2)
     assert not _rank_processes(0) and not _rank_processes(1), "rank processes outlived the run"
+    # the worker was killed with its session: compare removed its emulated network
+    assert bool(links) == EMULATED and not set(links) & set(netns._namespaces()), links
 
 
 # A planted bug, in every process of the run (a sitecustomize module on the path): node
@@ -177,8 +208,59 @@ def test_the_nodes_check_fails_when_a_node_skips_its_share_of_the_all_reduce(tmp
     if "pytorch" not in covered():
         pytest.skip("needs pytorch")
     planted = _ok(planted_run(tmp_path, NODE_1_SENDS_ZEROS, _lenet_glorot_config(
-        "pytorch", "native", 1, steps_per_epoch=STEPS, nodes=2, launcher="local",
-        join_timeout=JOIN_TIMEOUT)))
+        "pytorch", "native", 1, steps_per_epoch=STEPS, nodes=2, join_timeout=JOIN_TIMEOUT,
+        **NODES)))
     losses, fingerprint = _one_process()
     with pytest.raises(AssertionError, match="parameters differ"):
         _same_params(planted["param_fingerprint"], fingerprint, "planted")
+
+
+# A planted bug: every node's DDP hands its gradients to a peer on its own loopback (an
+# echo server in the same process) instead of the other node, so the run trains, talks,
+# and nothing crosses its link.
+TALKS_OVER_LOOPBACK = """
+import os
+if os.environ.get("TORCHELASTIC_RUN_ID"):
+    import socket, threading
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def _echo():
+        conn, _ = server.accept()
+        while data := conn.recv(1 << 16):
+            conn.sendall(data)
+    threading.Thread(target=_echo, daemon=True).start()
+    peer = socket.create_connection(server.getsockname())
+    _init = DDP.__init__
+
+    def _loopback(state, bucket):
+        grads = bucket.buffer()
+        raw = grads.numpy().tobytes()
+        peer.sendall(raw)
+        back = bytearray()
+        while len(back) < len(raw):
+            back += peer.recv(len(raw) - len(back))
+        fut = torch.futures.Future()
+        fut.set_result(grads)
+        return fut
+
+    def __init__(self, *args, **kwargs):
+        _init(self, *args, **kwargs)
+        self.register_comm_hook(None, _loopback)
+    DDP.__init__ = __init__
+"""
+
+
+@NEEDS_NETNS
+def test_the_link_check_fails_when_the_nodes_talk_over_their_own_loopback(tmp_path):
+    """The byte check of an emulated run (common/launch/netns.carried): the engine
+    exchanges the gradients' bytes each step, but over each node's loopback."""
+    if "pytorch" not in covered():
+        pytest.skip("needs pytorch")
+    planted = planted_run(tmp_path, TALKS_OVER_LOOPBACK, _lenet_glorot_config(
+        "pytorch", "native", 1, steps_per_epoch=STEPS, nodes=2, join_timeout=JOIN_TIMEOUT,
+        **NODES))
+    assert planted["status"] == "failed", planted.get("error")
+    assert "the traffic did not cross the link" in planted["error"]
+    assert sum(planted["link"]["tx_bytes"]) < planted["link"]["least_bytes"]

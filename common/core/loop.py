@@ -58,11 +58,15 @@ class StepClock:
 def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Dataset,
           on_step: Callable[[], None] = lambda: None, evaluate: bool = True,
           on_estimate: Callable[[float], None] = lambda s: None,
-          on_evaluated: Callable[[], None] = lambda: None) -> dict:
+          on_evaluated: Callable[[], None] = lambda: None,
+          link: Callable[[], dict] | None = None) -> dict:
     """Warm up, reset to the initial weights, then train and time cfg.epochs epochs.
-    The device is synchronised before every clock read. With cfg.trace, the result's
-    "timeline" holds the spans (common/results/trace.py) and their common mark, the
-    start of the first timed epoch; the device is then synchronised after every step."""
+    The device is synchronised before every clock read. With `link` (a node's byte
+    counters, {"tx": n, "rx": n}), the result's "link_bytes" holds what its link carried
+    within the timed epochs (read beside the clocks, evaluation left out). With
+    cfg.trace, the result's "timeline" holds the spans (common/results/trace.py) and
+    their common mark, the start of the first timed epoch; the device is then
+    synchronised after every step."""
     model = models.get(cfg.model)
     params0, state0 = model.init_params(cfg.seed, cfg.init), model.init_state()
     orders = [data_mod.batch_order(len(ds.X_train), cfg.batch_size, e, cfg.seed)
@@ -100,8 +104,10 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     done = 0
     clock = StepClock(backend, spans, on_step) if spans is not None else None
     origin = None                    # the timeline's common mark
+    carried = {"tx": 0, "rx": 0}
     for order in orders:
         backend.synchronize()
+        before = link() if link else None
         t0 = time.perf_counter()
         if clock is not None:
             clock.last = t0
@@ -109,6 +115,9 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
         handles = trainer.train_epoch(ds.X_train, ds.y_train, order, clock or on_step)
         backend.synchronize()
         end = time.perf_counter()
+        if link:
+            after = link()
+            carried = {k: carried[k] + after[k] - before[k] for k in carried}
         out["sec_per_epoch"].append(end - t0)
         if spans is not None:
             spans.append(_span(f"epoch {len(out['sec_per_epoch'])}", "epoch", t0, end))
@@ -152,6 +161,8 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     out["steps_per_epoch"] = [len(o) for o in orders]
     out.update(trainer.figures())
     out["param_fingerprint"] = trainer.param_fingerprint()
+    if link:
+        out["link_bytes"] = carried
     if spans is not None:            # with the trainer's own (all-reduce, pipeline stages)
         out["timeline"] = {"origin": origin, "spans": spans + list(getattr(trainer, "spans", []))}
     return out

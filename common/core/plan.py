@@ -42,13 +42,16 @@ class RunConfig:
     schedule: str = "gpipe"        # model mode: a name in common.core.pipeline.SCHEDULES
     # several machines (common.launch.nodes): `devices` is then per node. launcher "cluster":
     # this machine is node `node_rank` and `master` (HOST:PORT) is node 0's address;
-    # "local": every node is simulated here. node_hosts: every node's address, in node
-    # order (TensorFlow's TF_CONFIG lists every worker)
+    # "local": every node is simulated here, on loopback; "netns": every node emulated
+    # here in a network namespace of its own, joined by links shaped to `link` (a tc rate,
+    # or "unshaped"). node_hosts: every node's address, in node order (TensorFlow's
+    # TF_CONFIG lists every worker)
     nodes: int = 1
     node_rank: int = 0
     master: str | None = None
     launcher: str = "cluster"
     node_hosts: list[str] | None = None
+    link: str | None = None
     # seconds a node may take to join a run, and a joined node to show progress (a step,
     # an evaluation): the slowest start measured here, TensorFlow's import and collective
     # set-up on a busy 2-core machine, is under a minute, and one CPU step or evaluation

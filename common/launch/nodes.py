@@ -16,13 +16,17 @@ A node runs the processes `node_processes` lists; `supervise` starts them, passe
 lead's progress lines on, and ends the run as failed, killing every local process,
 when a process fails, when the node has not joined within the join timeout (a node
 that never starts), or when its lead falls silent for that long after joining (a
-node that died). Every rank process is common/launch/rank.py."""
+node that died). Every rank process is common/launch/rank.py. Every engine is handed
+the node's own address and interface (Cluster.own); with --launcher netns each node
+runs in a network namespace of its own (common/launch/netns.py)."""
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import Callable
 
 from common.facts import registry
-from common.launch import progress
+from common.launch import netns, progress
 from common.launch.launcher import ROOT, LaunchError, RankInfo, child_env, log_tail
 
 RANK_SCRIPT = ROOT / "common" / "launch" / "rank.py"
@@ -62,9 +66,51 @@ class Cluster:
     master_port: int
     hosts: tuple[str, ...] | None       # every node's address (TF_CONFIG lists all workers)
     join_timeout: float
+    net: netns.Network | None = None    # --launcher netns: every node in a namespace of its own
 
     def host(self, node: int) -> str:
         return self.hosts[node] if self.hosts else self.master_addr
+
+    def own(self, node: int) -> tuple[str, str | None]:
+        """Node's own address and the interface that carries it, handed to every engine:
+        engines that advertise the hostname's address would otherwise offer loopback where
+        the hostname resolves to it (Debian's 127.0.1.1). From --node-hosts, else from the
+        route to the master."""
+        if self.net is not None:
+            return self.net.address(node), netns.LINK_IF
+        if self.hosts:
+            addr = socket.gethostbyname(self.hosts[node])
+            if not ipaddress.ip_address(addr).is_loopback or self.all_loopback:
+                return own_address(addr)
+        return own_address(socket.gethostbyname(self.master_addr), route=True)
+
+    @property
+    def all_loopback(self) -> bool:
+        """Every node on this machine's loopback (a test's cluster of one machine)."""
+        return all(ipaddress.ip_address(socket.gethostbyname(h)).is_loopback
+                   for h in (self.master_addr, *(self.hosts or ())))
+
+
+def own_address(addr: str, route: bool = False) -> tuple[str, str | None]:
+    """(address, interface) of this machine: `addr` itself, or with `route` the source
+    address of this machine's route to `addr` (what `ip route get` shows); the interface
+    holding it from `ip -o addr` (None where `ip` is missing or none holds it: NAT)."""
+    if ipaddress.ip_address(addr).is_loopback:
+        return addr, "lo"
+    if route:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((addr, 9))            # picks the route's source address; sends nothing
+            addr = s.getsockname()[0]
+    try:
+        shown = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
+                               text=True).stdout
+    except OSError:
+        return addr, None
+    for line in shown.splitlines():         # "4: eth0    inet 10.0.0.1/24 brd ..."
+        fields = line.split()
+        if len(fields) > 3 and fields[3].split("/")[0] == addr:
+            return addr, fields[1]
+    return addr, None
 
 
 @dataclass
@@ -82,17 +128,36 @@ def _rank_argv(cfg_json: str, out_dir: Path, role: str = "worker") -> list[str]:
 
 
 def node_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc]:
-    """The processes node `node` runs, started the framework's own way."""
+    """The processes node `node` runs, started the framework's own way, each told the
+    node's own address and interface the way its engine documents (common to all: gloo's
+    and NCCL's socket interface variables, which JAX's gloo collectives read too, via
+    frameworks/jax)."""
+    procs = _engine_processes(cfg, cluster, node, out_dir)
+    interface = cluster.own(node)[1]
+    for p in procs:
+        if interface:
+            p.env.update(GLOO_SOCKET_IFNAME=interface, NCCL_SOCKET_IFNAME=interface)
+        if cluster.net is not None:
+            p.argv = cluster.net.wrap(node, p.argv)
+            if p.lead:       # the lead counts the link's bytes around the timed epochs
+                p.env[netns.LINK_ENV] = netns.LINK_IF
+    return procs
+
+
+def _engine_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc]:
     kind = registry.facts(cfg.framework).cluster
     k, n = cfg.devices, cluster.nodes
     cfg_json = json.dumps(cfg.to_dict())
     py = registry.python(cfg.framework)
+    addr, interface = cluster.own(node)
     if kind == "torchrun":
         return [Proc(node, "worker", [
             py, "-m", "torch.distributed.run", f"--nnodes={n}", f"--nproc-per-node={k}",
             f"--node-rank={node}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={cluster.master_addr}:{cluster.master_port}",
             f"--rdzv-id=dl-compare-{cluster.master_port}", "--max-restarts=0",
+            # the address this agent advertises to the others (else its hostname's)
+            f"--local-addr={addr}",
             # node 0 hosts the rendezvous store (--master is its address); torchrun's own
             # join timeout is left longer than ours, which ends the run first, with its message
             f"--rdzv-conf=is_host={int(node == 0)},join_timeout={int(cluster.join_timeout) + 60}",
@@ -101,8 +166,10 @@ def node_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc
         return [Proc(node, "worker", [
             py, "-m", "paddle.distributed.launch", "--master",
             f"{cluster.master_addr}:{cluster.master_port}", "--nnodes", str(n), "--rank", str(node),
+            "--host", addr,         # the endpoint its ranks advertise (else the hostname's)
             "--nproc_per_node", str(k), "--max_restart", "0", "--job_id",
-            f"dl-compare-{cluster.master_port}", "--log_dir", str(out_dir / f"paddle-node{node}"),
+            f"dl-compare-{cluster.master_port}",
+            "--log_dir", str(out_dir / "logs" / f"paddle-node{node}"),   # copied on failure
             *_rank_argv(cfg_json, out_dir)], lead=True)]
     if kind == "tf-config":
         # a worker per device, each on its own port of its node's host
@@ -123,7 +190,8 @@ def node_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc
     if kind == "dmlc":
         dmlc = {"DMLC_PS_ROOT_URI": cluster.master_addr, "DMLC_PS_ROOT_PORT": str(cluster.master_port),
                 "DMLC_NUM_SERVER": str(n), "DMLC_NUM_WORKER": str(n),
-                "DMLC_NODE_HOST": cluster.host(node)}
+                # the address ps-lite advertises, and the interface it would take it from
+                "DMLC_NODE_HOST": addr, **({"DMLC_INTERFACE": interface} if interface else {})}
         procs = [Proc(node, "scheduler", [py, *_rank_argv(cfg_json, out_dir, "scheduler")],
                       {**dmlc, "DMLC_ROLE": "scheduler"})] if node == 0 else []
         procs.append(Proc(node, "server", [py, *_rank_argv(cfg_json, out_dir, "server")],
@@ -162,10 +230,11 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 
 def supervise(procs: list[Proc], env: dict, log_dir: Path, join_timeout: float,
-              on_line: Callable[[str], None]) -> None:
+              on_line: Callable[[str], None], master: str = "the master") -> None:
     """Run the processes of this machine's nodes until every one has ended; raise
     LaunchError (after stopping them all) when one fails, a node does not join within
-    join_timeout seconds, or a joined node's lead is silent that long."""
+    join_timeout seconds, or a joined node's lead is silent that long. Every process's
+    output, both streams, goes to its log in log_dir, which a failure copies to stderr."""
     log_dir.mkdir(parents=True, exist_ok=True)
     lines: queue.Queue = queue.Queue()
     running, logs = [], []
@@ -175,23 +244,31 @@ def supervise(procs: list[Proc], env: dict, log_dir: Path, join_timeout: float,
             log = log_dir / f"node{p.node}-{p.role}{i}.log"
             logs.append(log)
             proc = subprocess.Popen(
-                p.argv, env={**env, **p.env, "DL_COMPARE_NODE": str(p.node)},
-                stdout=subprocess.PIPE, stderr=open(log, "w"), text=True, cwd=ROOT,
+                # unbuffered: a process killed on a time-out leaves what it said in its log
+                p.argv, env={**env, **p.env, "DL_COMPARE_NODE": str(p.node),
+                             "PYTHONUNBUFFERED": "1"},
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                 # pinned before it starts: its thread pools and its children's start there
                 preexec_fn=(lambda c=p.cores: os.sched_setaffinity(0, c)) if p.cores else None)
             running.append(proc)
 
-            def read(proc=proc, i=i):
-                for line in proc.stdout:
-                    lines.put((i, line))
+            def read(proc=proc, i=i, log=log):
+                with open(log, "w") as f:
+                    for line in proc.stdout:
+                        f.write(line)
+                        f.flush()
+                        if line.startswith("@"):
+                            lines.put((i, line))
             threading.Thread(target=read, daemon=True).start()
         leads = {i for i, p in enumerate(procs) if p.lead}
         start = time.monotonic()
+        started = set()                        # leads whose rank process runs
         heard = {i: None for i in leads}       # when each lead last spoke after joining
         while True:
             try:
                 i, line = lines.get(timeout=0.2)
                 if i in leads:
+                    started.add(i)
                     if line.startswith(progress.JOINED) or heard[i] is not None:
                         heard[i] = time.monotonic()
                     if procs[i].node == first_node and line.startswith("@"):
@@ -202,7 +279,7 @@ def supervise(procs: list[Proc], env: dict, log_dir: Path, join_timeout: float,
             bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
             if bad:
                 i = bad[0]
-                _copy_log(logs[i])
+                _copy_logs(log_dir)
                 raise LaunchError(f"node {procs[i].node}'s {procs[i].role} exited with code "
                                   f"{codes[i]}: {log_tail(logs[i])}")
             if all(codes[i] == 0 for i in leads):
@@ -217,27 +294,39 @@ def supervise(procs: list[Proc], env: dict, log_dir: Path, join_timeout: float,
             for i in leads:
                 if codes[i] is not None:
                     continue
+                why = None
                 if heard[i] is None and now - start > join_timeout:
-                    raise LaunchError(
-                        f"node {procs[i].node} did not join the run within "
-                        f"{join_timeout:g} s (--join-timeout): a node that never started, or "
-                        "a --master that the nodes cannot reach")
-                if heard[i] is not None and now - heard[i] > join_timeout:
-                    raise LaunchError(
-                        f"node {procs[i].node} made no progress for {join_timeout:g} s after "
-                        "joining (--join-timeout): a node died or hangs")
+                    why = (f"node {procs[i].node} never joined the run within {join_timeout:g} s "
+                           "(--join-timeout): " + (
+                               f"its rank started but did not get through the engine's "
+                               f"rendezvous at {master} and its connections to the other "
+                               "nodes (an address or interface the others cannot reach?)"
+                               if i in started else
+                               f"its rank never started: the rendezvous at {master} was never "
+                               "reached (a node that never started, or a --master it cannot "
+                               "reach)"))
+                elif heard[i] is not None and now - heard[i] > join_timeout:
+                    why = (f"node {procs[i].node} joined, then made no progress for "
+                           f"{join_timeout:g} s (--join-timeout): a collective stalled (a node "
+                           "died or hangs, or the link between them is down)")
+                if why:
+                    _copy_logs(log_dir)
+                    raise LaunchError(f"{why}; its log: {log_tail(logs[i]) or '(empty)'}")
     finally:
         _stop(running)
 
 
-def _copy_log(log: Path) -> None:
-    """A failed process's log into this process's stderr (compare keeps it as the
-    run's log), since the node's folder is removed with the run."""
-    try:
-        sys.stderr.write(f"--- {log.name} ---\n{log.read_text(errors='replace')}\n")
-        sys.stderr.flush()
-    except OSError:
-        pass
+def _copy_logs(log_dir: Path) -> None:
+    """Every log of the run (each process's, and those the engines' launchers write
+    there) into this process's stderr (compare keeps it as the run's log), since the
+    node's folder is removed with the run."""
+    for log in sorted(p for p in log_dir.rglob("*") if p.is_file()):
+        try:
+            sys.stderr.write(f"--- {log.relative_to(log_dir)} ---\n"
+                             f"{log.read_text(errors='replace')}\n")
+        except OSError:
+            pass
+    sys.stderr.flush()
 
 
 def run(cfg, cluster: Cluster, out_dir: Path, on_line: Callable[[str], None],
@@ -253,7 +342,8 @@ def run(cfg, cluster: Cluster, out_dir: Path, on_line: Callable[[str], None],
     per_node = 1 if registry.facts(cfg.framework).cluster in ONE_WORKER_PER_NODE else cfg.devices
     per_rank = max(1, cfg.threads // per_node)
     env = child_env(per_rank)
-    supervise(procs, env, out_dir / "logs", cluster.join_timeout, on_line)
+    supervise(procs, env, out_dir / "logs", cluster.join_timeout, on_line,
+              f"{cluster.master_addr}:{cluster.master_port}")
     results = []
     for node in cluster.local_nodes:
         path = out_dir / f"node{node}.json"

@@ -7,6 +7,9 @@ import sys
 from typing import Callable
 
 STEP, ESTIMATE, JOINED, EVALUATED = "@step", "@estimate", "@joined", "@evaluated"
+# a rank about to join its engine's process group (torchrun and Paddle's launcher start
+# it once their rendezvous is through)
+STARTED = "@started"
 
 
 def say(line: str) -> Callable[[], None]:

@@ -43,7 +43,7 @@ from common.core.loop import train  # noqa: E402 (after the path fix above)
 from common.core.modes import MODES  # noqa: E402
 from common.core.plan import RunConfig  # noqa: E402
 from common.facts import data as data_mod, registry  # noqa: E402
-from common.launch import launcher, progress  # noqa: E402
+from common.launch import launcher, netns, progress  # noqa: E402
 from common.results import trace, utilisation  # noqa: E402
 from common.results.record import write_rank_part  # noqa: E402
 
@@ -58,6 +58,8 @@ def rank_main(cfg: RunConfig, result_path: Path, tell: bool = True) -> None:
     held = max(1, cfg.devices // rank.local_world_size)
     backend.setup(cpu_devices=held, threads=(cfg.cores_per_device * held if cfg.cores_per_device
                                              else max(1, cfg.threads // rank.local_world_size)))
+    if tell and rank.local_rank == 0:
+        progress.say(progress.STARTED)()
     rank = backend.join(rank, cfg.join_timeout) or rank   # a framework may number ranks itself
     first = rank.local_rank == 0
     tells = tell and first
@@ -72,7 +74,8 @@ def rank_main(cfg: RunConfig, result_path: Path, tell: bool = True) -> None:
                        progress.say(progress.STEP) if tells else progress.silent,
                        evaluate=first or mode.every_rank_predicts,
                        on_estimate=progress.estimate_printer() if tells else progress.silent,
-                       on_evaluated=progress.say(progress.EVALUATED) if tells else progress.silent)
+                       on_evaluated=progress.say(progress.EVALUATED) if tells else progress.silent,
+                       link=_link_counters() if first else None)
         timeline = result.pop("timeline", None)
         if timeline is not None:     # every rank its own events (pid = rank), merged by run
             trace.write_part(Path(result_path).parent, rank.rank, trace.process_events(
@@ -95,6 +98,13 @@ def rank_main(cfg: RunConfig, result_path: Path, tell: bool = True) -> None:
             Path(result_path).write_text(json.dumps(result))
     finally:
         backend.leave()
+
+
+def _link_counters():
+    """The node's link byte counters, where its launcher names the interface to count
+    (common.launch.nodes, in an emulated node's namespace)."""
+    interface = os.environ.get(netns.LINK_ENV)
+    return (lambda: netns.counters(interface)) if interface else None
 
 
 def _rank_main(cfg_dict: dict, result_path: str, tell: bool) -> None:

@@ -13,13 +13,14 @@ import tempfile
 import traceback
 from pathlib import Path
 
+from common import models
 from common.core.contract import NotApplicable
 from common.core.loop import DIVERGENCE_FACTOR, train
 from common.core.modes import MODES
 from common.core.plan import RunConfig
 from common.facts import data as data_mod, registry
 from common.facts.machine import env_info, framework_version
-from common.launch import launcher, nodes, progress
+from common.launch import launcher, netns, nodes, progress
 from common.launch.rank import _rank_main
 from common.results import trace, utilisation
 from common.results.record import mark_not_installed, new_record, read_rank_parts
@@ -162,34 +163,51 @@ def _run_nodes(cfg: RunConfig, record: dict, mode, tell: bool, trace_path: Path 
     if why:
         record.update(status="not-applicable", error=why)
         return record
-    if cfg.launcher == "local":
-        cluster = nodes.Cluster(cfg.nodes, tuple(range(cfg.nodes)), "127.0.0.1",
-                                launcher.free_port(), None, cfg.join_timeout)
-    else:
-        host, port = cfg.master.rsplit(":", 1)
-        cluster = nodes.Cluster(cfg.nodes, (cfg.node_rank,), host, int(port),
-                                tuple(cfg.node_hosts) if cfg.node_hosts else None, cfg.join_timeout)
     facts = registry.facts(cfg.framework)
     record["cluster_launcher"] = nodes.LAUNCHERS[facts.cluster]
     record["servers"] = nodes.servers(cfg.framework, cfg.nodes)
     say = progress.forward if tell else progress.silent
-    with outcome(record):
+    with outcome(record), contextlib.ExitStack() as stack:
+        if cfg.launcher == "netns":        # emulated machines: a namespace per node
+            net = stack.enter_context(netns.running(cfg.nodes, cfg.link))
+            addresses = tuple(net.address(n) for n in range(cfg.nodes))
+            cluster = nodes.Cluster(cfg.nodes, tuple(range(cfg.nodes)), addresses[0], netns.PORT,
+                                    addresses, cfg.join_timeout, net)
+            record["link"] = net.link()
+        elif cfg.launcher == "local":
+            cluster = nodes.Cluster(cfg.nodes, tuple(range(cfg.nodes)), "127.0.0.1",
+                                    launcher.free_port(), None, cfg.join_timeout)
+            record["link"] = {"kind": "loopback (the nodes share this machine's network stack)"}
+        else:
+            host, port = cfg.master.rsplit(":", 1)
+            cluster = nodes.Cluster(cfg.nodes, (cfg.node_rank,), host, int(port),
+                                    tuple(cfg.node_hosts) if cfg.node_hosts else None,
+                                    cfg.join_timeout)
+            address, interface = cluster.own(cfg.node_rank)
+            record["link"] = {"kind": "this machine's network", "address": address,
+                              "interface": interface}
         cores = None
         if cfg.cores_per_device:     # each node its own cores: C per device
             sets = launcher.core_sets(cfg.cores_per_device * cfg.devices, len(cluster.local_nodes))
             cores = dict(zip(cluster.local_nodes, sets))
             record["cpu_affinity"] = sets
-        if cfg.launcher == "local" and not cfg.cores_per_device:
+        if cfg.launcher != "cluster" and not cfg.cores_per_device:
             # the simulated nodes share this machine's threads
             cfg = dataclasses.replace(cfg, threads=max(1, cfg.threads // cfg.nodes))
         with tempfile.TemporaryDirectory(prefix="dl-compare-nodes-") as tmp:
             results = nodes.run(cfg, cluster, Path(tmp), say, cores)
             parts = trace.read_parts(tmp)      # this machine's ranks
             memory = utilisation.combine_ranks(read_rank_parts(tmp, "memory"))
+        carried = [r.pop("link_bytes", None) for r in results]
         result = results[0]
         record["node_sec_per_epoch"] = [r["sec_per_epoch"] for r in results]
         record["device_names"] = result.pop("device_names")
         peak = result.pop("peak_memory_mb_device")
         _finish(record, result, facts, result["world_size"], peak, memory)
         _write_trace(record, trace_path, parts)
+        if cfg.launcher == "netns":
+            record["link"].update(netns.carried(carried, cfg.nodes, models.get(cfg.model),
+                                                sum(result["steps_per_epoch"])))
+            if record["link"]["short"]:
+                record.update(status="failed", error=record["link"]["short"])
     return record

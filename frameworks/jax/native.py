@@ -8,6 +8,9 @@ like the batch: models.batch_norm's groups); with sync_bn, the plain program's
 statistics over the whole batch (the partitioner all-reduces them). Several
 machines: the same code over a Mesh of every process's devices (jax.distributed,
 joined in `join`)."""
+import functools
+import os
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -114,6 +117,7 @@ class Native:
     def join(self, rank, timeout=None):
         # before anything touches a device: initialize must precede JAX's backends
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        _gloo_on_interface(os.environ.get("GLOO_SOCKET_IFNAME"))
         jax.distributed.initialize(f"{rank.master_addr}:{rank.master_port}",
                                    num_processes=rank.world_size, process_id=rank.rank,
                                    initialization_timeout=int(timeout or 300))
@@ -121,3 +125,16 @@ class Native:
 
     def leave(self):
         jax.distributed.shutdown()
+
+
+def _gloo_on_interface(interface: str | None) -> None:
+    """JAX's CPU client makes its gloo collectives with no interface (xla_bridge calls
+    make_gloo_tcp_collectives(distributed_client=...)), so gloo advertises the address of
+    the hostname, loopback where /etc/hosts maps the hostname there (Debian's 127.0.1.1),
+    and the other nodes never reach it; JAX 0.10 has no option for it, so the factory is
+    given the interface that common.launch.nodes names (gloo's own variable)."""
+    if not interface:
+        return
+    from jax._src import xla_bridge
+    make = xla_bridge._jax.make_gloo_tcp_collectives
+    xla_bridge._jax.make_gloo_tcp_collectives = functools.partial(make, interface=interface)
