@@ -80,8 +80,8 @@ def run_worker(argv: list[str], log_path: Path, timeout: float, on_line: Callabl
     interpreter (a framework's: common.facts.registry.python), this one by default."""
     lines: queue.Queue = queue.Queue()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([python or sys.executable, *argv], stdout=subprocess.PIPE, stderr=log,
-                                text=True, env=env, cwd=cwd, start_new_session=True)
+        proc = subprocess.Popen([python or sys.executable, *argv], stdout=subprocess.PIPE,
+                                stderr=log, text=True, env=env, cwd=cwd, start_new_session=True)
 
         def read():
             for line in proc.stdout:

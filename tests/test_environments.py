@@ -101,7 +101,8 @@ def test_a_framework_of_its_own_environment_runs_there(framework):
     assert numpy.startswith("1."), numpy
 
 
-def test_a_missing_environment_is_not_installed_with_the_command_that_builds_it(monkeypatch, tmp_path):
+def test_a_missing_environment_is_not_installed_with_the_command_that_builds_it(monkeypatch,
+                                                                               tmp_path):
     """Without its environment (and not installed beside the others), a framework is
     not-installed, and the message names the command that builds the environment."""
     name = next(n for n in registry.NAMES if registry.facts(n).environment)
@@ -130,7 +131,8 @@ def test_each_environment_is_built_by_make_from_its_own_constraints():
         if f.environment:
             own = (ROOT / f"constraints-{f.environment}.txt").read_text()
             for dist in f.dists[:1]:
-                assert re.search(rf"^{dist}==", own, re.M) and not re.search(rf"^{dist}==", main, re.M)
+                pinned = rf"^{dist}=="
+                assert re.search(pinned, own, re.M) and not re.search(pinned, main, re.M)
 
 
 def test_the_report_names_each_environment_s_library_versions():

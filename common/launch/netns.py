@@ -212,7 +212,8 @@ def carried(per_node: list[dict | None], nodes: int, model, steps: int) -> dict:
     gradient = 4 * sum(int(np.prod(s)) for s in model.PARAM_SHAPES)     # float32
     least = (nodes - 1) * gradient * steps
     out = {"tx_bytes": [c and c["tx"] for c in per_node],
-           "rx_bytes": [c and c["rx"] for c in per_node], "gradient_bytes": gradient, "timed_steps": steps, "least_bytes": least, "short": None}
+           "rx_bytes": [c and c["rx"] for c in per_node], "gradient_bytes": gradient,
+           "timed_steps": steps, "least_bytes": least, "short": None}
     sent = sum(out["tx_bytes"]) if None not in out["tx_bytes"] else None
     if sent is None:
         out["short"] = "a node's lead did not count its link's bytes"
