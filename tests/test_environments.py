@@ -5,6 +5,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -113,6 +114,20 @@ def test_a_missing_environment_is_not_installed_with_the_command_that_builds_it(
     assert f"python3 -m venv .venv-{env}" in message and f"constraints-{env}.txt" in message
     monkeypatch.setattr(registry.importlib.util, "find_spec", lambda m: None)
     assert not registry.is_installed(name)
+
+
+def test_the_running_interpreter_is_its_own_environment_under_any_name(monkeypatch):
+    """An environment named by another path to this very interpreter (bin/python3 for
+    bin/python) is this one: its framework is imported here, not refused (planted: a
+    comparison of the path strings alone refuses it)."""
+    name = next(n for n in registry.NAMES if registry.facts(n).environment)
+    env = registry.facts(name).environment
+    other = Path(sys.prefix) / "bin" / ("python3" if not sys.executable.endswith("3") else "python")
+    assert str(other) != sys.executable and other.exists()
+    monkeypatch.setenv(f"DL_COMPARE_PYTHON_{env.upper()}", str(other))
+    assert registry.python(name) == sys.executable
+    monkeypatch.setattr(registry, "_running", lambda python: str(python) == sys.executable)
+    assert registry.python(name) == str(other)
 
 
 def test_each_environment_is_built_by_make_from_its_own_constraints():

@@ -247,14 +247,20 @@ def facts(name: str) -> Framework:
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _running(python: Path) -> bool:
+    """Whether `python` is the interpreter running this process, under any of its names
+    (bin/python, bin/python3): the environment it starts is this one's."""
+    return (str(python) == sys.executable
+            or python.parent.parent.resolve() == Path(sys.prefix).resolve())
+
+
 def environment_python(environment: str) -> str | None:
     """The interpreter of an environment of its own, where there is one (None: not
     built). The one running this process counts as itself, under any path."""
     own = os.environ.get(f"DL_COMPARE_PYTHON_{environment.upper()}")
-    venv = ROOT / f".venv-{environment}"
-    if not own and Path(sys.prefix).resolve() == venv.resolve():
+    path = Path(own) if own else ROOT / f".venv-{environment}" / "bin" / "python"
+    if _running(path):
         return sys.executable
-    path = Path(own) if own else venv / "bin" / "python"
     return str(path) if path.exists() else None
 
 
