@@ -78,8 +78,7 @@ LINKS = {link.name: link for link in (
 )}
 
 
-def param_bytes(model: str) -> int:
-    return 4 * sum(int(np.prod(s)) for s in models.get(model).PARAM_SHAPES)
+param_bytes = models.param_bytes
 
 
 def allreduce_sec(nbytes: float, k: int, link: Link) -> float:

@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+from common import models
 
 PREFIX = "dlc-"
 STATE_DIR = Path("/run/dl-compare-netns")
@@ -209,7 +209,7 @@ def carried(per_node: list[dict | None], nodes: int, model, steps: int) -> dict:
     servers and pull as much back); half of it is the bound, so that framing and
     uneven shards never trip it while traffic that went elsewhere (over a node's own
     loopback) does."""
-    gradient = 4 * sum(int(np.prod(s)) for s in model.PARAM_SHAPES)     # float32
+    gradient = models.param_bytes(model.NAME)
     least = (nodes - 1) * gradient * steps
     out = {"tx_bytes": [c and c["tx"] for c in per_node],
            "rx_bytes": [c and c["rx"] for c in per_node], "gradient_bytes": gradient,

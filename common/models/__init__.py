@@ -46,6 +46,12 @@ DEFAULT_INIT = "glorot"
 FINGERPRINT_SEED = 20261124
 
 
+def param_bytes(name: str) -> int:
+    """The bytes of a model's parameters in float32, as many as its gradients: what an
+    all-reduce or a parameter server moves per step (predict, the link's byte check)."""
+    return 4 * sum(int(np.prod(s)) for s in get(name).PARAM_SHAPES)
+
+
 def fingerprint(params, indices=None) -> list[list[float]]:
     """Per parameter tensor, its L2 norm and its projection on a fixed random direction
     (float64): what a run's record keeps of its final parameters, so that runs in other
