@@ -30,7 +30,7 @@ from common.core.pipeline import SCHEDULES
 from common.core.plan import RunConfig
 from common.experiments import gemm
 from common.facts.machine import env_info, gpu_count
-from common.launch import netns, progress as progress_lines
+from common.launch import netns, nodes, progress as progress_lines
 from common.results import utilisation
 from common.results.record import (FAILED, REPEAT_KEYS, RecordError, mark_not_installed, new_record,
                                    ok_repeats, read_record, record_filename, write_atomic)
@@ -154,6 +154,13 @@ def build_parser() -> Parser:
     p.add_argument("--link", default=None, metavar="RATE",
                    help="with --launcher netns: each node's egress shaped to RATE (tc's units: "
                         "10mbit, 100mbit, 1gbit) or `unshaped` (the default)")
+    p.add_argument("--servers", choices=nodes.SERVERS, default=RUN_DEFAULTS["servers"],
+                   help="MXNet's parameter servers across machines: a server on every node "
+                        "(per-node, as MXNet's launcher does), or one on node 0")
+    p.add_argument("--stall-timeout", type=positive_float, default=None, metavar="SECONDS",
+                   help="across machines: end the run when a joined node shows no progress "
+                        "(a step) for this long: a stalled collective, a cut link (default: "
+                        "--join-timeout)")
     p.add_argument("--join-timeout", type=positive_float, default=RUN_DEFAULTS["join_timeout"],
                    metavar="S", help="a run fails when a node has not joined within S seconds, "
                                      "or a joined one shows no progress for S seconds")
@@ -234,6 +241,7 @@ def check_nodes(args) -> None:
     if args.nodes == 1:
         given += [f"--launcher {args.launcher}"] * (args.launcher != "cluster")
         given += ["--link"] * (args.link is not None)
+        given += ["--servers one"] * (args.servers != RUN_DEFAULTS["servers"])
         if given:
             raise UsageError(f"{given[0]} is for runs across machines: add --nodes N (2 or more)")
         return

@@ -52,12 +52,19 @@ class RunConfig:
     launcher: str = "cluster"
     node_hosts: list[str] | None = None
     link: str | None = None
+    # MXNet's parameter servers across machines: "per-node", a server on every node (as
+    # MXNet's own launcher starts them), or "one", on node 0 only (its link then carries
+    # every worker's push and pull: the chapter's bottleneck)
+    servers: str = "per-node"
     # seconds a node may take to join a run, and a joined node to show progress (a step,
     # an evaluation): the slowest start measured here, TensorFlow's import and collective
     # set-up on a busy 2-core machine, is under a minute, and one CPU step or evaluation
     # of ResNet-18 a few tens of seconds; five minutes leaves room for both and still ends
     # a run whose node died long before torch's 30-minute collective time-out
     join_timeout: float = 300.0
+    # seconds a joined node may show no progress (a step) before the run ends as stalled;
+    # None: join_timeout. Shorter ends a run on a cut link sooner, where starting is slow
+    stall_timeout: float | None = None
     # write a timeline of the run (common/results/trace.py): the device is then
     # synchronised after every step, which perturbs the run's times
     trace: bool = False

@@ -121,6 +121,27 @@ class Network:
         """argv run inside node's namespace."""
         return ["ip", "netns", "exec", self.ns(node), *argv]
 
+    def state(self) -> str:
+        """What each node's link is like now, for a stalled run's message: down, or shaped
+        to another rate than the run's (a fault on the link), else as the run set it up."""
+        notes = []
+        for n in range(self.nodes):
+            shown = _ip("ip", "-n", self.ns(n), "-o", "link", "show", LINK_IF, check=False).stdout
+            flags = re.search(r"<([^>]*)>", shown)
+            if not flags:
+                notes.append(f"node {n}'s link {LINK_IF} is gone")
+                continue
+            if "UP" not in flags.group(1).split(","):
+                notes.append(f"node {n}'s link {LINK_IF} is down")
+            qdisc = _ip("tc", "-n", self.ns(n), "qdisc", "show", "dev", LINK_IF, check=False).stdout
+            shaped = re.search(r"tbf .*?rate (\d+(?:\.\d+)?)([KMG]?)bit", qdisc)
+            bits = (float(shaped.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[shaped.group(2)]
+                    if shaped else None)
+            if bits != rate_bits(self.rate):
+                notes.append(f"node {n}'s link {LINK_IF} is shaped to "
+                             f"{f'{bits:g} bit/s' if bits else 'no rate'}, not the run's {self.rate}")
+        return "; ".join(notes) or f"every link is up at the run's {self.rate}"
+
     def link(self) -> dict:
         """What a record says of the link."""
         return {"kind": "veth pairs through a bridge (network namespaces)", "rate": self.rate,

@@ -188,14 +188,16 @@ def _engine_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[P
         return [Proc(node, "worker", [py, *_rank_argv(cfg_json, out_dir)],
                      _rank_env(node, n, 0, 1, cluster), lead=True)]
     if kind == "dmlc":
+        count = servers(cfg.framework, n, cfg.servers)
         dmlc = {"DMLC_PS_ROOT_URI": cluster.master_addr, "DMLC_PS_ROOT_PORT": str(cluster.master_port),
-                "DMLC_NUM_SERVER": str(n), "DMLC_NUM_WORKER": str(n),
+                "DMLC_NUM_SERVER": str(count), "DMLC_NUM_WORKER": str(n),
                 # the address ps-lite advertises, and the interface it would take it from
                 "DMLC_NODE_HOST": addr, **({"DMLC_INTERFACE": interface} if interface else {})}
         procs = [Proc(node, "scheduler", [py, *_rank_argv(cfg_json, out_dir, "scheduler")],
                       {**dmlc, "DMLC_ROLE": "scheduler"})] if node == 0 else []
-        procs.append(Proc(node, "server", [py, *_rank_argv(cfg_json, out_dir, "server")],
-                          {**dmlc, "DMLC_ROLE": "server"}))
+        if node < count:        # one server: node 0's
+            procs.append(Proc(node, "server", [py, *_rank_argv(cfg_json, out_dir, "server")],
+                              {**dmlc, "DMLC_ROLE": "server"}))
         # one worker per node holds its k devices; the scheduler numbers the workers
         procs.append(Proc(node, "worker", [py, *_rank_argv(cfg_json, out_dir)],
                           {**dmlc, "DMLC_ROLE": "worker", **_rank_env(node, n, 0, 1, cluster)},
@@ -209,9 +211,15 @@ def _rank_env(rank: int, world: int, local: int, local_world: int, cluster: Clus
                     cluster.master_port).env()
 
 
-def servers(framework: str, nodes: int) -> int | None:
-    """How many parameter servers a run has (MXNet's: one per node); None without any."""
-    return nodes if registry.facts(framework).cluster == "dmlc" else None
+SERVERS = ("per-node", "one")
+
+
+def servers(framework: str, nodes: int, placement: str = "per-node") -> int | None:
+    """How many parameter servers a run has (MXNet's: one per node, or one on node 0);
+    None without any."""
+    if registry.facts(framework).cluster != "dmlc":
+        return None
+    return nodes if placement == "per-node" else 1
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -230,15 +238,21 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 
 def supervise(procs: list[Proc], env: dict, log_dir: Path, join_timeout: float,
-              on_line: Callable[[str], None], master: str = "the master") -> None:
+              on_line: Callable[[str], None], master: str = "the master",
+              links: Callable[[], str] | None = None, stall_timeout: float | None = None
+              ) -> None:
     """Run the processes of this machine's nodes until every one has ended; raise
     LaunchError (after stopping them all) when one fails, a node does not join within
-    join_timeout seconds, or a joined node's lead is silent that long. Every process's
-    output, both streams, goes to its log in log_dir, which a failure copies to stderr."""
+    join_timeout seconds, or a joined node's lead is silent for stall_timeout (by default
+    join_timeout); `links` says what
+    the links are like then (emulated nodes: one down or throttled is named). Every
+    process's output, both streams, goes to its log in log_dir, which a failure copies
+    to stderr."""
     log_dir.mkdir(parents=True, exist_ok=True)
     lines: queue.Queue = queue.Queue()
     running, logs = [], []
     first_node = min(p.node for p in procs)
+    stall = stall_timeout or join_timeout
     try:
         for i, p in enumerate(procs):
             log = log_dir / f"node{p.node}-{p.role}{i}.log"
@@ -305,11 +319,13 @@ def supervise(procs: list[Proc], env: dict, log_dir: Path, join_timeout: float,
                                f"its rank never started: the rendezvous at {master} was never "
                                "reached (a node that never started, or a --master it cannot "
                                "reach)"))
-                elif heard[i] is not None and now - heard[i] > join_timeout:
+                elif heard[i] is not None and now - heard[i] > stall:
                     why = (f"node {procs[i].node} joined, then made no progress for "
-                           f"{join_timeout:g} s (--join-timeout): a collective stalled (a node "
+                           f"{stall:g} s (--stall-timeout): a collective stalled (a node "
                            "died or hangs, or the link between them is down)")
                 if why:
+                    if links:
+                        why += f"; the links now: {links()}"
                     _copy_logs(log_dir)
                     raise LaunchError(f"{why}; its log: {log_tail(logs[i]) or '(empty)'}")
     finally:
@@ -343,7 +359,8 @@ def run(cfg, cluster: Cluster, out_dir: Path, on_line: Callable[[str], None],
     per_rank = max(1, cfg.threads // per_node)
     env = child_env(per_rank)
     supervise(procs, env, out_dir / "logs", cluster.join_timeout, on_line,
-              f"{cluster.master_addr}:{cluster.master_port}")
+              f"{cluster.master_addr}:{cluster.master_port}",
+              cluster.net.state if cluster.net else None, cfg.stall_timeout)
     results = []
     for node in cluster.local_nodes:
         path = out_dir / f"node{node}.json"

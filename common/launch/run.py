@@ -165,7 +165,7 @@ def _run_nodes(cfg: RunConfig, record: dict, mode, tell: bool, trace_path: Path 
         return record
     facts = registry.facts(cfg.framework)
     record["cluster_launcher"] = nodes.LAUNCHERS[facts.cluster]
-    record["servers"] = nodes.servers(cfg.framework, cfg.nodes)
+    record["servers"] = nodes.servers(cfg.framework, cfg.nodes, cfg.servers)
     say = progress.forward if tell else progress.silent
     with outcome(record), contextlib.ExitStack() as stack:
         if cfg.launcher == "netns":        # emulated machines: a namespace per node

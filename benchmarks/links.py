@@ -1,0 +1,205 @@
+"""Compute against communication across emulated links: `python -m benchmarks.links`.
+
+The chapters' lesson for training on several machines: a step is the compute of a
+batch, t1, plus the gradients' all-reduce, t2, less what the engine hides behind the
+backward pass; keep t1 about 20 % above t2 (a larger per-device batch raises t1, not t2),
+and a parameter server's links carry more than a ring's. For each model, this measures
+on 2 emulated nodes (compare --launcher netns, 1 core per node, synthetic data):
+
+- t1: one device on one node, 1 core, at each --compute-batches size (compare runs);
+- t2: the link's own all-reduce of the model's gradient bytes P alone, at each rate
+  (benchmarks.link_probe: torch's gloo ring, no compute beside it);
+- the step of every engine at each --rates link rate, with the bytes each node sent;
+
+then, on the slow --ps-rate link, the parameter server (MXNet, a server per node and one
+server) against a ring (PyTorch's DDP) at each --ps-nodes count. DIR/links.md (tables,
+the predictor validated across links out of sample) and DIR/links-<model>.png, rebuilt
+from the records alone with --report DIR. Runs are compare's own processes (records and
+reports in DIR/<model>/...); a failed or not-applicable run is a row that says so."""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import models
+from common.facts import registry
+from common.launch import netns
+
+from .cli import Parser, UsageError, int_list, names, positive, run_command
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGINES = ("pytorch", "paddle", "tensorflow", "jax", "mxnet")   # one per multi-node engine
+PS_RING = "pytorch"             # the ring set against the parameter server
+PS = "mxnet"
+PLACEMENTS = ("per-node", "one")
+PROBE_REPEATS = 5
+PROBE_IFNAME = netns.LINK_IF    # the interface gloo's probe binds (tests plant another)
+# per model: the per-device batch of the node runs, the compute batches and the rates
+# (ResNet-18's 45 MB of gradients take 36 s a step at 10 Mbit/s: left out by default)
+DEFAULTS = {"lenet": (128, "32,128,512", "10mbit,100mbit,1gbit,unshaped"),
+            "resnet18": (32, "8,32,64", "100mbit,1gbit,unshaped")}
+
+
+def _rates(text: str) -> list[str]:
+    rates = [r for r in text.split(",") if r]
+    for r in rates:
+        try:
+            netns.rate_bits(r)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).replace("--link", "--rates")) from None
+    if not rates:
+        raise argparse.ArgumentTypeError("give rates like 10mbit,100mbit,unshaped")
+    return rates
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="python -m benchmarks.links", description=__doc__.split("\n\n")[0])
+    p.add_argument("--framework", default=",".join(ENGINES),
+                   help="engines to run across the links (a comma-separated list)")
+    p.add_argument("--model", default="lenet,resnet18", help="lenet, resnet18 or both")
+    p.add_argument("--rates", type=_rates, default=None,
+                   help="link rates in tc's units, and unshaped (default per model: LeNet "
+                        f"{DEFAULTS['lenet'][2]}; ResNet-18 {DEFAULTS['resnet18'][2]})")
+    p.add_argument("--batch-per-device", type=positive, default=None,
+                   help="each node's batch in the node runs (default: LeNet 128, ResNet-18 32)")
+    p.add_argument("--compute-batches", default=None, metavar="B,B,...",
+                   type=int_list("--compute-batches", "batch sizes like 32,128,512",
+                                 "needs two or more sizes of 1 or more", least=2),
+                   help="one device's batches for t1 (default: LeNet 32,128,512; ResNet-18 "
+                        "8,32,64); the predictor fits t1 on all but the node runs' batch")
+    p.add_argument("--steps-per-epoch", type=positive, default=None,
+                   help="steps in each timed epoch (default: LeNet 8, ResNet-18 3)")
+    p.add_argument("--ps-nodes", default="2,3,4",
+                   type=int_list("--ps-nodes", "node counts like 2,3,4", "2 or more", least=1),
+                   help="node counts of the parameter server against ring runs (LeNet)")
+    p.add_argument("--ps-rate", type=_rates, default=["10mbit"], help="their link rate")
+    p.add_argument("--fit-rate", default="100mbit",
+                   help="the rate the predictor fits the link at (the others validate it)")
+    p.add_argument("--out", default=None, help="results folder (default: results/links-<time>)")
+    p.add_argument("--report", default=None, metavar="DIR",
+                   help="rebuild DIR/links.md and its plots from DIR's records; runs nothing")
+    return p
+
+
+def compare(out: Path, framework: list[str], model: str, extra: list[str]) -> int:
+    """One compare command (its own process, records in `out`); its exit code."""
+    cmd = [sys.executable, "-m", "benchmarks.compare", "--framework", ",".join(framework),
+           "--model", model, "--mode", "native", "--dataset", "synthetic", "--epochs", "2",
+           "--eval-samples", "256", "--peak-gemm-size", "0", "--no-plots", "--out", str(out),
+           *extra]
+    print(" ".join(cmd[1:]), flush=True)
+    return subprocess.run(cmd, cwd=ROOT).returncode
+
+
+def probe(out: Path, nodes: int, rate: str, nbytes: int, timeout: float = 600) -> None:
+    """t2 alone: benchmarks.link_probe on `nodes` emulated nodes at `rate`; its JSON
+    (or the error) in `out`."""
+    started = time.monotonic()
+    with netns.running(nodes, rate) as net:
+        procs = [subprocess.Popen(net.wrap(n, [
+            sys.executable, "-m", "benchmarks.link_probe", str(n), str(nodes), net.address(0),
+            str(netns.PORT), str(nbytes), str(PROBE_REPEATS), str(out)]), cwd=ROOT,
+            env={**_env(), "GLOO_SOCKET_IFNAME": PROBE_IFNAME}, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True) for n in range(nodes)]
+        try:
+            logs = [p.communicate(timeout=max(1.0, timeout - (time.monotonic() - started)))[0]
+                    for p in procs]
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            logs = [f"timed out after {timeout:.0f} s"]
+    if any(p.returncode for p in procs) or not out.is_file():
+        out.write_text(json.dumps({"error": "\n".join(logs)[-2000:]}))
+    print(f"probe {nodes} nodes {rate}: {out}", flush=True)
+
+
+def _env() -> dict:
+    import os
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def run(args, out: Path) -> int:
+    code = 0
+    frameworks = names(args.framework, ENGINES, "framework")
+    for model in names(args.model, models.NAMES, "model"):
+        b, compute_batches, rates = DEFAULTS[model]
+        b = args.batch_per_device or b
+        batches = args.compute_batches or [int(x) for x in compute_batches.split(",")]
+        rates = args.rates or rates.split(",")
+        steps = str(args.steps_per_epoch or (8 if model == "lenet" else 3))
+        base = out / model
+        for c in batches:
+            code = max(code, compare(base / f"compute-b{c}", frameworks, model, [
+                "--batch-size", str(c), "--devices", "1", "--cores-per-device", "1",
+                "--steps-per-epoch", steps]))
+        for rate in rates:
+            probe(base / f"probe-n2-{rate}.json", 2, rate, models.param_bytes(model))
+            code = max(code, compare(base / f"n2-{rate}", frameworks, model, [
+                "--batch-size", str(2 * b), "--devices", "1", "--cores-per-device", "1",
+                "--nodes", "2", "--launcher", "netns", "--link", rate,
+                "--steps-per-epoch", steps]))
+    if args.ps_nodes and "lenet" in names(args.model, models.NAMES, "model"):
+        b = args.batch_per_device or DEFAULTS["lenet"][0]
+        rate = args.ps_rate[0]
+        for n in args.ps_nodes:
+            # n nodes share this machine's cores: each its share of the threads
+            common = ["--batch-size", str(n * b), "--devices", "1", "--nodes", str(n),
+                      "--launcher", "netns", "--link", rate, "--steps-per-epoch", "8"]
+            code = max(code, compare(out / "ps" / f"n{n}-ring", [PS_RING], "lenet", common))
+            for placement in PLACEMENTS:
+                code = max(code, compare(out / "ps" / f"n{n}-{placement}", [PS], "lenet",
+                                         [*common, "--servers", placement]))
+            probe(out / "ps" / f"probe-n{n}-{rate}.json", n, rate, models.param_bytes("lenet"))
+    return code
+
+
+def resolve(args) -> None:
+    """Bad options (UsageError) before anything runs or is written."""
+    names(args.framework, ENGINES, "framework")
+    names(args.model, models.NAMES, "model")
+    netns.rate_bits(args.fit_rate) if args.fit_rate != netns.UNSHAPED else None
+    why = netns.unavailable()
+    if why:
+        raise UsageError(why)
+    if not registry.is_installed(PS_RING):
+        raise UsageError("the link probe is torch's gloo all-reduce: install pytorch "
+                         f"({registry.install_hint(PS_RING)})")
+
+
+def measure(args, _, out: Path) -> int:
+    from .links_report import write_page
+    (out / "command.txt").write_text(" ".join(["python -m benchmarks.links",
+                                               *(args.argv or [])]))
+    code = run(args, out)
+    return max(code, write_page(out, args.fit_rate))
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--report" in argv or any(a.startswith("--report=") for a in argv):
+        try:
+            args = build_parser().parse_args(argv)
+            if not Path(args.report).is_dir():
+                raise UsageError(f"--report {args.report} is not a folder; give a links "
+                                 "results folder")
+        except UsageError as e:
+            print(f"links: error: {e}", file=sys.stderr)
+            return 2
+        from .links_report import write_page
+        return write_page(Path(args.report), args.fit_rate)
+
+    def checked(args):
+        args.argv = argv
+        try:
+            resolve(args)
+        except ValueError as e:
+            raise UsageError(str(e).replace("--link", "--fit-rate")) from None
+    return run_command("links", build_parser(), argv, checked, "links-", measure)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,359 @@
+"""benchmarks.links' page: DIR/links.md and DIR/links-<model>.png from DIR's records.
+
+Measured (each figure from the run's records): t1, one device's step alone at the node
+runs' per-device batch; t2, the probe's all-reduce of the gradients alone on the link;
+each engine's step on 2 nodes; the bytes each node's link sent per timed step. Computed
+from them, and labelled so: exposed communication (step - t1), hidden (t1 + t2 - step),
+the formulas' bytes, the per-device batch from which t1 >= 1.2 x t2 (t1 fitted as
+a + c x b to the compute runs), and the predictor's steps.
+
+The predictor, validated out of sample: t1 fitted to the compute runs at every batch
+but the node runs' own; the link's efficiency (bytes per second over the rate's) fitted
+to each engine's exposed communication at --fit-rate only; each other rate's and node
+count's step predicted as t1 + the busiest link's bytes / (efficiency x rate) and set
+against the measured one, beside what a t2 = 0 model (the step is t1) predicts."""
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from common import models
+from common.launch import netns
+from common.reports.runs import colour, machine_lines, save_figure
+from common.results.record import RecordError, load_records
+
+from .predict import RULE, Compute, step_sec
+
+MB = 1e6
+
+
+def ring_bytes(p: int, n: int) -> float:
+    """Bytes each node sends a step in a ring all-reduce of p bytes over n nodes."""
+    return 2 * (n - 1) / n * p
+
+
+def busiest_bytes(p: int, n: int, placement: str | None) -> float:
+    """The busiest link's bytes sent a step: a ring's (every node alike); a server on every
+    node pushes (n-1)/n x p to the others' servers and answers their pulls as much (as a
+    ring); one server sends every other worker the p it pulls."""
+    return (n - 1) * p if placement == "one" else ring_bytes(p, n)
+
+
+def _records(folder: Path) -> list[dict]:
+    try:
+        return load_records(folder) if folder.is_dir() else []
+    except RecordError:
+        return []
+
+
+def _rate_key(rate: str) -> float:
+    return netns.rate_bits(rate) or float("inf")
+
+
+@dataclass
+class Row:
+    model: str
+    framework: str
+    rate: str
+    nodes: int
+    placement: str | None        # parameter server: per-node or one; None: a ring
+    record: dict
+
+    @property
+    def ok(self) -> bool:
+        return self.record["status"] == "ok" and step_sec(self.record) is not None
+
+    @property
+    def step(self) -> float:
+        return step_sec(self.record)
+
+    def sent(self) -> list[float] | None:
+        link = self.record.get("link") or {}
+        if not link.get("tx_bytes") or not link.get("timed_steps"):
+            return None
+        return [t / link["timed_steps"] for t in link["tx_bytes"]]
+
+
+def load(out: Path) -> dict:
+    """Everything the page uses: compute points, probes and node rows, per model."""
+    data = {"models": {}, "ps": [], "ps_probes": {}, "records": []}
+    for model in models.NAMES:
+        base = out / model
+        if not base.is_dir():
+            continue
+        compute: dict[str, list[tuple[int, float]]] = {}
+        for folder in sorted(base.glob("compute-b*")):
+            for r in _records(folder):
+                data["records"].append(r)
+                if r["status"] == "ok" and step_sec(r):
+                    compute.setdefault(r["framework"], []).append((r["batch_size"], step_sec(r)))
+        probes = {p.name[len("probe-n2-"):-len(".json")]: json.loads(p.read_text())
+                  for p in base.glob("probe-n2-*.json")}
+        rows = []
+        for folder in base.glob("n2-*"):
+            for r in _records(folder):
+                data["records"].append(r)
+                rows.append(Row(model, r["framework"], (r.get("link") or {}).get("rate") or folder.name[3:], 2,
+                                _placement(r), r))
+        data["models"][model] = {"compute": compute, "probes": probes, "rows": rows,
+                                 "batch": _node_batch(rows)}
+    for folder in sorted((out / "ps").glob("n*-*")) if (out / "ps").is_dir() else []:
+        for r in _records(folder):
+            data["records"].append(r)
+            data["ps"].append(Row("lenet", r["framework"], (r.get("link") or {}).get("rate", "?"),
+                                  r.get("nodes") or 1, _placement(r), r))
+    for p in sorted((out / "ps").glob("probe-*.json")) if (out / "ps").is_dir() else []:
+        n = int(p.name.split("-")[1][1:])
+        data["ps_probes"][n] = json.loads(p.read_text())
+    return data
+
+
+def _placement(r: dict) -> str | None:
+    if not r.get("servers"):
+        return None
+    return "one" if r["servers"] == 1 and (r.get("nodes") or 1) > 1 else "per-node"
+
+
+def _node_batch(rows: list[Row]) -> int | None:
+    sizes = {r.record["batch_size"] // r.nodes for r in rows if r.record.get("batch_size")}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def probe_sec(probe: dict | None) -> float | None:
+    """The probe's t2: per repeat the slowest rank's all-reduce, the median over repeats."""
+    if not probe or "ranks" not in probe:
+        return None
+    per_repeat = np.max([rank["times"] for rank in probe["ranks"]], axis=0)
+    return float(np.median(per_repeat))
+
+
+def probe_sent(probe: dict | None) -> float | None:
+    """Bytes rank 0's link sent per all-reduce (median over repeats)."""
+    if not probe or "ranks" not in probe:
+        return None
+    return float(np.median(probe["ranks"][0]["tx_bytes"]))
+
+
+def rule_batch(compute: Compute, t2: float) -> int | None:
+    """The smallest per-device batch (a power of two up to 65536) at which t1 >= RULE x t2
+    (a calculation from the fitted t1 and the measured t2)."""
+    for b in (2 ** i for i in range(17)):
+        if compute(b) >= RULE * t2:
+            return b
+    return None
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{1e3 * x:.0f}" if x >= 0.1 else f"{1e3 * x:.1f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.0f} %"
+
+
+def lesson_table(model: str, m: dict) -> list[str]:
+    p = models.param_bytes(model)
+    out = [f"| engine | link | t1 ms | t2 ms (probe) | step ms | exposed ms | hidden % of t2 "
+           f"| sent MB/step node 0, 1 | ring formula MB | t1 / t2 | batch for t1 >= {RULE} t2 |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in sorted(m["rows"], key=lambda r: (r.framework, _rate_key(r.rate))):
+        if not row.ok:
+            out.append(f"| {row.framework} | {row.rate} | {row.record['status']}: "
+                       f"{(row.record.get('error') or '').splitlines()[0][:120] if row.record.get('error') else ''} "
+                       "| | | | | | | | |")
+            continue
+        t1 = dict(m["compute"].get(row.framework, [])).get(m["batch"])
+        t2 = probe_sec(m["probes"].get(row.rate))
+        exposed = row.step - t1 if t1 else None
+        hidden = (t1 + t2 - row.step) / t2 if t1 and t2 else None
+        sent = row.sent()
+        fit = Compute(m["compute"].get(row.framework, []))
+        rule = rule_batch(fit, t2) if t2 and len(fit.points) >= 2 else None
+        out.append(" | ".join([
+            f"| {row.framework}", row.rate, _ms(t1), _ms(t2), _ms(row.step), _ms(exposed),
+            "-" if hidden is None else f"{100 * hidden:.0f}",
+            "-" if not sent else ", ".join(f"{s / MB:.2f}" for s in sent),
+            f"{ring_bytes(p, 2) / MB:.2f}", "-" if not (t1 and t2) else f"{t1 / t2:.2f}",
+            f"{rule if rule else '> 65536'} |"]))
+    return out
+
+
+def ps_table(data: dict) -> list[str]:
+    p = models.param_bytes("lenet")
+    out = ["| nodes | engine | servers | link | step ms | sent MB/step (each node) | busiest "
+           "link formula MB | probe t2 ms (ring) |", "|---|---|---|---|---|---|---|---|"]
+    for row in sorted(data["ps"], key=lambda r: (r.nodes, r.placement or "", r.framework)):
+        servers = {None: "- (ring)", "per-node": "one per node", "one": "one (node 0)"}[row.placement]
+        if not row.ok:
+            out.append(f"| {row.nodes} | {row.framework} | {servers} | {row.rate} | "
+                       f"{row.record['status']} | | | |")
+            continue
+        sent = row.sent()
+        out.append(" | ".join([
+            f"| {row.nodes}", row.framework, servers, row.rate, _ms(row.step),
+            "-" if not sent else ", ".join(f"{s / MB:.2f}" for s in sent),
+            f"{busiest_bytes(p, row.nodes, row.placement) / MB:.2f}",
+            _ms(probe_sec(data["ps_probes"].get(row.nodes))) + " |"]))
+    return out
+
+
+def predictions(data: dict, fit_rate: str) -> list[dict]:
+    """Every shaped row but those at fit_rate, predicted from t1 fitted without the node
+    runs' batch and each engine's link efficiency fitted at fit_rate (2 nodes)."""
+    rows = []
+    for model, m in data["models"].items():
+        b, p = m["batch"], models.param_bytes(model)
+        fits = {}
+        for fw, points in m["compute"].items():
+            held = [pt for pt in points if pt[0] != b]
+            if len(held) < 2:
+                continue
+            t1 = Compute(held)
+            fitted_at = [r for r in m["rows"] if r.framework == fw and r.rate == fit_rate and r.ok]
+            exposed = fitted_at[0].step - t1(b) if fitted_at else None
+            if not exposed or exposed <= 0:
+                continue
+            # bytes per second the engine's exposed communication moved, over the rate's
+            eff = busiest_bytes(p, 2, _placement(fitted_at[0].record)) / exposed / (
+                netns.rate_bits(fit_rate) / 8)
+            fits[fw] = (t1, eff)
+        probe_fit = probe_sec(m["probes"].get(fit_rate))
+        probe_eff = (ring_bytes(p, 2) / probe_fit / (netns.rate_bits(fit_rate) / 8)
+                     if probe_fit else None)
+        candidates = [r for r in m["rows"]] + (data["ps"] if model == "lenet" else [])
+        for row in candidates:
+            if not row.ok or row.framework not in fits or row.rate in (fit_rate, netns.UNSHAPED):
+                if row.ok and row.rate == netns.UNSHAPED:
+                    rows.append({"row": row, "why": "unshaped: no rate to scale"})
+                continue
+            t1_fit, eff = fits[row.framework]
+            cores = (row.record.get("env") or {}).get("cpu_count") or 1
+            # n nodes on fewer cores (the PS rows share them): each computes that much slower
+            share = 1.0 if row.record.get("cores_per_device") else max(1.0, row.nodes / cores)
+            t1 = share * t1_fit(row.record["batch_size"] // row.nodes)
+            rate = netns.rate_bits(row.rate) / 8
+            t2 = busiest_bytes(p, row.nodes, row.placement) / (eff * rate)
+            t1_measured = dict(m["compute"].get(row.framework, [])).get(b)
+            t2_probe = probe_sec((data["ps_probes"].get(row.nodes) if row in data["ps"]
+                                  else m["probes"].get(row.rate)))
+            t2_probe_pred = (ring_bytes(p, row.nodes) / (probe_eff * rate)
+                             if probe_eff else None)
+            rows.append({"row": row, "t1": t1, "t2": t2, "step": t1 + t2,
+                         "err": (t1 + t2) / row.step - 1, "err_t2_0": t1 / row.step - 1,
+                         "t1_err": (t1_fit(b) / t1_measured - 1) if t1_measured and
+                         row in m["rows"] else None,
+                         "t2_err": (t2_probe_pred / t2_probe - 1) if t2_probe and t2_probe_pred
+                         else None,
+                         "t2_share": (row.step - t1) / row.step})
+    return rows
+
+
+def prediction_table(preds: list[dict]) -> list[str]:
+    out = ["| model | engine | servers | nodes | link | measured step ms | predicted ms (t1 + t2) "
+           "| error | t2 = 0 error | t1 error | t2 error (probe) | t2 share of step |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in preds:
+        r = p["row"]
+        servers = {None: "-", "per-node": "per node", "one": "one"}[r.placement]
+        if "why" in p:
+            out.append(f"| {r.model} | {r.framework} | {servers} | {r.nodes} | {r.rate} | "
+                       f"{_ms(r.step)} | {p['why']} | | | | | |")
+            continue
+        out.append(" | ".join([
+            f"| {r.model}", r.framework, servers, str(r.nodes), r.rate, _ms(r.step),
+            f"{_ms(p['t1'])} + {_ms(p['t2'])} = {_ms(p['step'])}", _pct(p["err"]),
+            _pct(p["err_t2_0"]), _pct(p["t1_err"]), _pct(p["t2_err"]),
+            f"{100 * p['t2_share']:.0f} % |"]))
+    return out
+
+
+def plot(out: Path, model: str, m: dict) -> Path | None:
+    ok = [r for r in m["rows"] if r.ok]
+    if not ok:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rates = sorted({r.rate for r in ok}, key=_rate_key)
+    fig, (left, mid, right) = plt.subplots(1, 3, figsize=(15, 4.2))
+    engines = sorted({r.framework for r in ok})
+    width = 0.8 / max(1, len(engines))
+    for i, fw in enumerate(engines):
+        pts = sorted((r for r in ok if r.framework == fw), key=lambda r: _rate_key(r.rate))
+        left.plot([rates.index(r.rate) for r in pts], [r.step * 1e3 for r in pts], marker="o",
+                  color=colour(fw), label=fw)
+        t1 = dict(m["compute"].get(fw, [])).get(m["batch"])
+        for r in pts:
+            x = rates.index(r.rate) + (i - (len(engines) - 1) / 2) * width
+            if t1:
+                mid.bar(x, t1 * 1e3, width, color=colour(fw), alpha=0.45)
+                mid.bar(x, max(0.0, r.step - t1) * 1e3, width, bottom=t1 * 1e3,
+                        color=colour(fw), label=fw if r is pts[0] else None)
+    t2 = [probe_sec(m["probes"].get(rate)) for rate in rates]
+    left.plot(range(len(rates)), [x * 1e3 if x else np.nan for x in t2], "k--",
+              label="t2: the all-reduce alone")
+    for ax in (left, mid):
+        ax.set_xticks(range(len(rates)), rates)
+        ax.set_yscale("log")
+        ax.set_ylabel("ms per step")
+        ax.set_xlabel("link rate")
+    left.set_title(f"{model}: step time against the link, 2 nodes")
+    mid.set_title("t1 (pale) and exposed communication (step - t1)")
+    left.legend(fontsize=7)
+    mid.legend(fontsize=7)
+    batches = np.logspace(0, 16, 200, base=2)
+    for fw in engines:
+        fit = Compute(m["compute"].get(fw, []))
+        if len(fit.points) >= 2:
+            right.plot(batches, [fit(b) * 1e3 for b in batches], color=colour(fw),
+                       label=f"t1 {fw} (fitted)")
+    for rate, t in zip(rates, t2):
+        if t:
+            right.axhline(RULE * t * 1e3, color="grey", lw=0.8, ls=":")
+            right.text(batches[0], RULE * t * 1e3, f" {RULE} x t2 at {rate}", fontsize=7,
+                       va="bottom")
+    right.set_xscale("log", base=2)
+    right.set_yscale("log")
+    right.set_xlabel("per-device batch")
+    right.set_ylabel("ms")
+    right.set_title("the batch from which compute hides communication")
+    right.legend(fontsize=7)
+    return save_figure(plt, fig, out / f"links-{model}.png")
+
+
+def write_page(out: Path, fit_rate: str) -> int:
+    data = load(out)
+    if not data["records"]:
+        print(f"links: error: no compare records under {out}", flush=True)
+        return 2
+    command = (out / "command.txt").read_text().strip() if (out / "command.txt").is_file() else "?"
+    lines = [f"# Compute against communication on emulated links", "",
+             f"Command: `{command}`; page rebuilt with `python -m benchmarks.links --report "
+             f"{out}` (fit rate {fit_rate}).", "", *machine_lines(data["records"]), ""]
+    for model, m in data["models"].items():
+        p = models.param_bytes(model)
+        lines += [f"## {model}: 2 nodes, 1 core each, per-device batch {m['batch']}", "",
+                  f"P = {p:,} bytes of float32 gradients; a 2-node ring sends "
+                  f"{ring_bytes(p, 2) / MB:.2f} MB a step from each node.", "",
+                  *lesson_table(model, m), ""]
+        if plot(out, model, m):
+            lines += [f"![{model}](links-{model}.png)", ""]
+    if data["ps"]:
+        lines += ["## Parameter server against ring (LeNet)", "", *ps_table(data), ""]
+    preds = predictions(data, fit_rate)
+    if preds:
+        lines += [f"## The predictor across links (fitted at {fit_rate})", "",
+                  *prediction_table(preds), ""]
+    lines += ["Measured: t1 (one device, one core, the compute runs at the node runs' batch), "
+              "t2 (the link probe: torch's gloo ring all-reduce of P, nothing beside it), step "
+              "(sec per timed epoch / steps), sent (each node's link counters over the timed "
+              "steps). Calculated: exposed = step - t1; hidden = (t1 + t2 - step) / t2, negative "
+              "where the engine's own communication costs more than the probe's; the formulas; "
+              f"the batch for t1 >= {RULE} t2 from t1 fitted as a + c x b; every prediction.", ""]
+    (out / "links.md").write_text("\n".join(lines))
+    print(f"written: {out / 'links.md'}")
+    return 0
