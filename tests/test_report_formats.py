@@ -326,7 +326,8 @@ def _a_new_column(monkeypatch):
 
 @pytest.mark.parametrize("plant, says", [(_eval_holds_last_loss, "^eval_sec_median\n"),
                                          (_lr_holds_seed, "^lr\n"),
-                                         (_a_new_column, "without its expected value")])
+                                         (_a_new_column, "without its expected value")],
+                         ids=["eval-holds-loss", "lr-holds-seed", "new-column"])
 def test_a_column_holding_another_field_fails(tmp_path, capsys, monkeypatch, plant, says):
     records = _distinct_records()
     plant(monkeypatch)
