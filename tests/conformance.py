@@ -587,6 +587,95 @@ def model_mode_1f1b_equals_gpipe(b, name):
         _close(f"M={M}: {pname}, 1F1B vs GPipe", p, w, ONE_F_ONE_B["params"])
 
 
+# An epoch past the steps whose losses a record keeps (common.core.loop.STEP_LOSSES_KEPT):
+# that many + PAST steps of PAST_BATCH images, on one Keras row: the epoch is the same
+# Keras code on every backend, and a row's new trainer costs a compilation on JAX
+# (measured in the conformance process: keras-torch 2.6 s, keras-tensorflow 3.0 s,
+# keras-jax 23 s on a busy 2-core machine)
+PAST, PAST_BATCH, PAST_ROW = 10, 4, "keras-torch"
+
+
+def _epoch_losses(trainer, X, y, order) -> tuple[np.ndarray, int]:
+    """One epoch's losses from the trainer's loop, and how often it called on_step."""
+    calls = []
+    losses = trainer.losses(trainer.train_epoch(X, y, order, lambda: calls.append(1)))
+    return losses, len(calls)
+
+
+def _past_the_kept_steps(trainer, module, params, state, own=None) -> tuple:
+    """The trainer's epoch of KEPT + PAST steps, against the same epoch with each step's own
+    loss (`own`, or measured now with the module's STEP_LOSSES_KEPT raised past the epoch,
+    from the same weights): the first KEPT alike, each later one the mean of theirs, so the
+    epoch's mean (train_loss) is the same; on_step once per step. Returns `own` and the
+    trainer's losses."""
+    kept = module.STEP_LOSSES_KEPT
+    n = kept + PAST
+    X, y = _batch(n * PAST_BATCH, seed=5)
+    order = np.arange(n * PAST_BATCH).reshape(n, PAST_BATCH)
+    got, calls = _epoch_losses(trainer, X, y, order)
+    trainer.load_params(params, state)
+    if own is None:
+        module.STEP_LOSSES_KEPT = n
+        try:
+            own, own_calls = _epoch_losses(trainer, X, y, order)
+        finally:
+            module.STEP_LOSSES_KEPT = kept
+        trainer.load_params(params, state)
+        assert own_calls == n, f"on_step called {own_calls} times in {n} steps"
+        assert len(set(own[kept:].tolist())) == PAST, f"each step's own loss? {own[kept:]}"
+    assert calls == n and len(got) == n, f"{len(got)} losses and {calls} on_step for {n} steps"
+    _close(f"the first {kept} step losses", got[:kept], own[:kept], 1e-6)
+    _close(f"the losses past step {kept}: their mean", got[kept:],
+           np.full(PAST, own[kept:].mean()), 1e-5)
+    _close("the epoch's mean loss", got.mean(), own.mean(), 1e-5)
+    return own, got
+
+
+def _planted_past_the_kept_steps(losses: list, kept: int) -> dict:
+    """train_epoch's losses with those past the kept steps wrong: all the last kept
+    step's, or the mean of the kept steps (the first fit's)."""
+    rest = len(losses) - kept
+    return {"the last kept step's loss": losses[:kept] + [losses[kept - 1]] * rest,
+            "the kept steps' mean": losses[:kept] + [float(np.mean(losses[:kept]))] * rest}
+
+
+@check(per_model=("lenet",))
+def fit_losses_past_the_kept_steps(b, name):
+    """Keras's fit trainer waits on each step's loss only for the steps a record keeps;
+    past them fit runs on and each step gets the mean of their losses
+    (frameworks/keras/native.py). Held to the same epoch with every step's own loss, and
+    seen failing here with a train_epoch that gives the later steps one wrong loss (the
+    real one's losses, changed past the kept steps)."""
+    if "KERAS_BACKEND" not in b.facts.env:
+        raise Skipped("only Keras's fit trainer keeps the losses past the kept steps apart; "
+                      "every other trainer's epoch is the contract's loop of steps")
+    if b.name != PAST_ROW:
+        raise Skipped(f"run once, on {PAST_ROW}: the same Keras epoch on every backend")
+    model = models.get(name)
+    params, state = model.init_params(0, "glorot"), model.init_state()
+    trainer = b.native_trainer(name, params, b.devices(1), 0.05,
+                               registry.default_execution(b.name, "native"))
+    module = sys.modules[type(trainer).__module__]
+    own, got = _past_the_kept_steps(trainer, module, params, state)
+    cls, real = type(trainer), type(trainer).train_epoch
+    try:
+        planted_losses = _planted_past_the_kept_steps(list(got), module.STEP_LOSSES_KEPT)
+        for plant, losses in planted_losses.items():
+            def planted(self, X, y, order, on_step, losses=losses):
+                for _ in order:
+                    on_step()
+                return list(losses)
+            cls.train_epoch = planted
+            try:
+                _past_the_kept_steps(trainer, module, params, state, own)
+            except AssertionError as e:
+                assert "past step" in str(e), f"{plant} failed elsewhere: {e}"
+                continue
+            raise AssertionError(f"the check passed with {plant} planted past the kept steps")
+    finally:
+        cls.train_epoch = real
+
+
 def _gap_probes(b):
     """capability -> calls that must each raise NotApplicable while it is a known gap;
     once it is gone, the first (a valid call) must not."""

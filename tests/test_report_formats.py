@@ -231,3 +231,105 @@ def test_median_of_repeats_is_the_reports(tmp_path):
     r = _record(repeats=[(1.0, 3.0), (2.0, 2.0), (4.0, 4.0)])
     (row,) = export.rows([r])
     assert row["sec_per_epoch_median"] == runs.summarize([r])[0]["sec/epoch"] == statistics.median([2.0, 2.0, 4.0])
+
+
+# --- every exported column against its source ---
+
+# Values that the report reads to make its rows (the row's key, speed-up and timing) stay
+# what a run writes; every other record key gets a string of its own name, and every
+# number below is one no other column holds, so a column that reads the wrong field (the
+# median evaluation time holding the last train loss, issue 31) cannot match by chance.
+REAL = ("framework", "model", "mode", "devices", "batch_size", "nodes", "status",
+        "sec_per_epoch", "steps_per_epoch", "eval_sec", "train_loss", "stage_sec", "repeats",
+        "repeat_planned", "env", "trace")
+DISTINCT_ENV = {"cpu_model": "CPU Z", "cpu_count": 16, "gpu_model": "GPU Q", "python": "3.11.9",
+                "libraries": {"numpy": "1.26.4"}, "commit": "abc123-dirty",
+                "cpu_vector_extensions": "AVX2 (avx2 fma)",
+                "kernel_path_env": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
+# the derived columns worked out by hand from _distinct_records (a new column fails the
+# test until its value is written here)
+DERIVED_WANT = {
+    "sec_per_epoch_median": 5.0,            # the repeats' medians 3.0, 5.0, 6.0
+    "sec_per_epoch_spread": 0.6,            # (6.0 - 3.0) / 5.0
+    "samples_per_sec_median": 89.6,         # 7 steps x 64 images / 5.0 s
+    "repeats_ok": 3, "epochs_timed": 2,
+    "steps_per_epoch_median": 7.0,          # 5, 9
+    "eval_sec_median": 0.5, "train_loss_last": 1.25,
+    "speedup": 1.5,                         # 89.6 over the 1-device row's 7 x 64 / 7.5
+    "efficiency": 0.375,                    # 1.5 over 4 devices with cores of their own
+    "stage_sec_max": 0.625,
+    "cpu_model": "CPU Z", "cpu_count": 16, "cpu_vector_extensions": "AVX2 (avx2 fma)",
+    "kernel_path_env": "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2",
+    "gpu_model": "GPU Q", "python_version": "3.11.9", "numpy_version": "1.26.4",
+    "commit": "abc123-dirty", "trace_file": "x.trace.json",
+}
+
+
+def _distinct_records() -> list[dict]:
+    """A 4-device record whose every exported column holds its own value, and the
+    1-device record of the same configuration that its speed-up is against."""
+    one = _record(secs=(7.5,), execution="execution-value", sync_bn="sync_bn-value")
+    one["steps_per_epoch"] = [7]
+    four = _record(devices=4, secs=(2.0, 4.0), repeats=[(3.0,), (5.0,), (6.0,)])
+    for rep in four["repeats"]:
+        rep["steps_per_epoch"] = [7]
+    four.update({k: f"{k}-value" for k in export.RECORD_COLUMNS if k not in REAL})
+    four.update(steps_per_epoch=[5, 9], eval_sec=[0.25, 0.75, 0.5], train_loss=[2.25, 1.25],
+                stage_sec=[0.125, 0.625], repeat_planned=6, env=DISTINCT_ENV,
+                trace={"file": "x.trace.json"}, cores_per_device="cores_per_device-value")
+    return [one, four]
+
+
+def check_exported(csv_text: str, json_rows: list[dict], record: dict) -> None:
+    """The record's row in both formats: every record column its own key's value, every
+    derived one the hand-worked figure, and no column left unasserted."""
+    want = {**{k: record[k] for k in export.RECORD_COLUMNS}, **DERIVED_WANT}
+    assert list(want) == list(export.COLUMNS), "a column without its expected value here"
+    same = [(a, b) for i, a in enumerate(want) for b in list(want)[i + 1:] if want[a] == want[b]]
+    assert not same, f"columns that share a value (or none) cannot tell a swap: {same}"
+    (got_csv,) = [r for r in csv.DictReader(io.StringIO(csv_text)) if r["devices"] == "4"]
+    (got_json,) = [r for r in json_rows if r["devices"] == 4]
+    for k, v in want.items():
+        if isinstance(v, float):
+            assert float(got_csv[k]) == pytest.approx(v) and got_json[k] == pytest.approx(v), k
+        else:
+            assert got_csv[k] == ("" if v is None else str(v)) and got_json[k] == v, k
+
+
+def _export_both(tmp_path, capsys, records):
+    folder = _folder(tmp_path / "d", records)
+    code, out, _ = _main([folder, "--format", "csv"], capsys)
+    code_json, json_out, _ = _main([folder, "--format", "json"], capsys)
+    assert code == code_json == 0
+    return out, json.loads(json_out)
+
+
+def test_every_exported_column_holds_its_own_value(tmp_path, capsys):
+    records = _distinct_records()
+    check_exported(*_export_both(tmp_path, capsys, records), records[1])
+
+
+def _eval_holds_last_loss(monkeypatch):
+    monkeypatch.setitem(export.DERIVED, "eval_sec_median", export.DERIVED["train_loss_last"])
+
+
+def _lr_holds_seed(monkeypatch):
+    rows = export.rows
+    monkeypatch.setattr(export, "rows", lambda records: [{**row, "lr": row["seed"]}
+                                                         for row in rows(records)])
+
+
+def _a_new_column(monkeypatch):
+    monkeypatch.setitem(export.DERIVED, "a_new_column", ("new", lambda r, t, row: 0.0))
+    monkeypatch.setattr(export, "COLUMNS", (*export.COLUMNS, "a_new_column"))
+
+
+@pytest.mark.parametrize("plant, says", [(_eval_holds_last_loss, "^eval_sec_median\n"),
+                                         (_lr_holds_seed, "^lr\n"),
+                                         (_a_new_column, "without its expected value")],
+                         ids=["eval-holds-loss", "lr-holds-seed", "new-column"])
+def test_a_column_holding_another_field_fails(tmp_path, capsys, monkeypatch, plant, says):
+    records = _distinct_records()
+    plant(monkeypatch)
+    with pytest.raises(AssertionError, match=says):                     # seen failing
+        check_exported(*_export_both(tmp_path, capsys, records), records[1])

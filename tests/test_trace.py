@@ -199,6 +199,72 @@ def test_ranks_are_merged_on_their_common_mark():
     assert names == {0: "rank 0: cpu:0", 1: "rank 1: cpu:0"}
 
 
+def rank_spans(t) -> dict[int, list[tuple[str, str]]]:
+    """Each process's spans in a trace, (category, name) in time order, by pid."""
+    out = {}
+    for e in sorted((e for e in t["traceEvents"] if e["ph"] == "X"), key=lambda e: e["ts"]):
+        out.setdefault(e["pid"], []).append((e["cat"], e["name"]))
+    return out
+
+
+def check_every_rank(t, want: dict[int, list[tuple[str, str]]]) -> None:
+    """Every rank's spans arrived in the gathered timeline, each one and no other."""
+    got = rank_spans(t)
+    for pid in sorted(set(want) | set(got)):
+        assert got.get(pid) == want.get(pid), (pid, got.get(pid), want.get(pid))
+
+
+def _rank_part_spans(rank: int) -> list[dict]:
+    """A rank's spans as the loop records them: a warm-up step, an epoch of two steps,
+    and an evaluation on rank 0 only (the last span)."""
+    spans = [{"lane": LANE, "name": "warm-up step 0", "cat": "warmup", "start": 0.0, "end": 0.5},
+             {"lane": LANE, "name": "epoch 1", "cat": "epoch", "start": 1.0, "end": 3.0},
+             {"lane": LANE, "name": "step 0", "cat": "step", "start": 1.0, "end": 2.0},
+             {"lane": LANE, "name": "step 1", "cat": "step", "start": 2.0, "end": 3.0}]
+    if rank == 0:
+        spans.append({"lane": LANE, "name": "evaluation", "cat": "eval", "start": 3.0, "end": 4.0})
+    return spans
+
+
+def _gathered(folder, ranks: int) -> dict:
+    """Every rank's part written and gathered as common.launch does (rank.py writes,
+    run.py reads and merges)."""
+    for rank in range(ranks):
+        trace.write_part(folder, rank, trace.process_events(_rank_part_spans(rank), 1.0, rank,
+                                                            f"rank {rank}: cpu:0"))
+    return trace.merge(trace.read_parts(folder))
+
+
+GATHERED_WANT = {rank: [(s["cat"], s["name"]) for s in _rank_part_spans(rank)]
+                 for rank in range(3)}
+
+
+def test_every_ranks_spans_arrive_in_the_gathered_timeline(tmp_path):
+    t = _gathered(tmp_path, 3)
+    assert trace.problems(t) == []
+    check_every_rank(t, GATHERED_WANT)
+
+
+def _last_span_dropped(monkeypatch):       # each process's last span lost in its events
+    events = trace.process_events
+    monkeypatch.setattr(trace, "process_events", lambda spans, *a: events(
+        sorted(spans, key=lambda s: s["start"])[:-1], *a))
+
+
+def _a_rank_left_out(monkeypatch):         # the last rank's part not read
+    read = trace.read_parts
+    monkeypatch.setattr(trace, "read_parts", lambda folder: read(folder)[:-1])
+
+
+@pytest.mark.parametrize("plant", [_last_span_dropped, _a_rank_left_out])
+def test_a_span_missing_from_the_gathered_timeline_fails(tmp_path, monkeypatch, plant):
+    plant(monkeypatch)
+    t = _gathered(tmp_path, 3)
+    assert trace.problems(t) == []               # the format's checker cannot see it
+    with pytest.raises(AssertionError):                                 # seen failing
+        check_every_rank(t, GATHERED_WANT)
+
+
 def test_a_real_traced_comparison(tmp_path):
     """PyTorch LeNet, 2 steps: scratch mode on 2 devices in one process (its all-reduce
     clocked) and native mode's 2 ranks, each rank's events merged into one file."""
@@ -216,10 +282,13 @@ def test_a_real_traced_comparison(tmp_path):
         t = json.loads((out / record["trace"]["file"]).read_text())
         assert trace.problems(t) == []
         events = [e for e in t["traceEvents"] if e["ph"] == "X"]
-        assert {e["pid"] for e in events} == pids
-        for pid in pids:
-            steps = [e for e in events if e["pid"] == pid and e["cat"] == "step"]
-            assert [e["name"] for e in steps] == ["step 0", "step 1"]
+        # every process's loop spans, each one: 2 warm-up steps, the epoch and its 2
+        # steps, and the evaluation (native: rank 0's alone, the one that evaluates)
+        loop = [("warmup", "warm-up step 0"), ("warmup", "warm-up step 1"), ("epoch", "epoch 1"),
+                ("step", "step 0"), ("step", "step 1"), ("eval", "evaluation")]
+        check_every_rank({**t, "traceEvents": [e for e in t["traceEvents"]
+                                               if e.get("cat") != "allreduce"]},
+                         {pid: loop if pid == 0 else loop[:-1] for pid in pids})
         allreduce = [e for e in events if e["cat"] == "allreduce"]
         # scratch: warm-up's 2 steps and the epoch's 2, each all-reduce clocked
         assert len(allreduce) == (4 if mode == "scratch" else 0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,6 +15,7 @@ from common import models
 from common.facts import peaks
 from common.models import lenet, resnet18
 from common.reports import runs as report
+from common.reports import utilisation as util_report
 from common.results import utilisation
 from tests.conftest import covered, per_framework, run_python, THREADS
 from tests.test_compare_robust import fake_record
@@ -72,29 +74,61 @@ def test_a_layer_left_out_of_the_count_fails(checks, monkeypatch, name, plant):
 
 # --- the arithmetic ---
 
-def check_fill(record: dict, peak: float) -> None:
-    """fill() on a made-up run: 2 devices, 1000 samples/s."""
-    utilisation.fill(record, peak, "a made-up peak")
-    per_device = 500.0
-    assert record["flops_per_sample"] == lenet.TRAIN_FLOPS_PER_IMAGE == 13502160
-    assert record["samples_per_sec_per_device"] == per_device
-    assert record["flops_per_sec_per_device"] == pytest.approx(13502160 * per_device)
-    assert record["mfu"] == pytest.approx(13502160 * per_device / peak)
-    assert record["peak_flops_source"] == "a made-up peak" and record["mfu_note"] is None
+# Training FLOPs per image worked out by hand, multiply-adds x 2 x 3 (forward and the
+# backward's two): LeNet's layers (common/models/lenet.py), and ResNet-18 at 28 x 28, its
+# stem, four stages of two blocks (64, 128, 256, 512 channels at 28, 14, 7, 4 pixels), the
+# 1x1 shortcuts of stages 2-4 and the dense 512 x 10
+HAND_FLOPS = {
+    "lenet": 13502160,
+    "resnet18": 6 * (28 * 28 * 64 * 9 + 4 * 28 * 28 * 64 * 64 * 9
+                     + 14 * 14 * 128 * 64 * 9 + 3 * 14 * 14 * 128 * 128 * 9 + 14 * 14 * 128 * 64
+                     + 7 * 7 * 256 * 128 * 9 + 3 * 7 * 7 * 256 * 256 * 9 + 7 * 7 * 256 * 128
+                     + 4 * 4 * 512 * 256 * 9 + 3 * 4 * 4 * 512 * 512 * 9 + 4 * 4 * 512 * 256
+                     + 512 * 10)}
+# made-up runs, 1000 samples/s in all: (model, devices per node, nodes) -> the devices
+# over every node that share those samples
+FILL_CASES = {("lenet", 2, 1): 2, ("resnet18", 2, 1): 2, ("lenet", 2, 3): 6,
+              ("resnet18", 4, 2): 8}
 
 
-def test_utilisation_arithmetic_on_a_made_up_record(monkeypatch):
+def check_fill(peak: float) -> None:
+    """fill() on each made-up run: its own model's FLOPs, its samples/s shared by the
+    devices of every node."""
+    for (name, devices, nodes), shared in FILL_CASES.items():
+        record = fake_record(devices=devices, model=name, nodes=nodes, launcher="local")
+        record["samples_per_sec"] = 1000.0
+        utilisation.fill(record, peak, "a made-up peak")
+        per_device, flops = 1000.0 / shared, HAND_FLOPS[name]
+        where = (name, devices, nodes)
+        assert record["flops_per_sample"] == flops, where
+        assert record["samples_per_sec_per_device"] == pytest.approx(per_device), where
+        assert record["flops_per_sec_per_device"] == pytest.approx(flops * per_device), where
+        assert record["mfu"] == pytest.approx(flops * per_device / peak), where
+        assert record["peak_flops_source"] == "a made-up peak" and record["mfu_note"] is None
+
+
+def test_utilisation_arithmetic_on_made_up_records():
+    check_fill(50e9)
+    # without a peak: no MFU, and why
     record = fake_record(devices=2)
     record["samples_per_sec"] = 1000.0
-    check_fill(record, 50e9)
-    # without a peak: no MFU, and why
     utilisation.fill(record, None, utilisation.NO_CPU_PEAK)
     assert record["mfu"] is None and record["mfu_note"] == utilisation.NO_CPU_PEAK
     assert record["flops_per_sec_per_device"] == pytest.approx(13502160 * 500)
-    # planted: throughput not divided by the devices
-    monkeypatch.setattr(utilisation, "all_devices", lambda r: 1)
-    with pytest.raises(AssertionError):
-        check_fill(record, 50e9)
+
+
+@pytest.mark.parametrize("plant", [
+    # throughput not divided by the devices
+    lambda mp: mp.setattr(utilisation, "all_devices", lambda r: 1),
+    # one node's devices only (a run across machines)
+    lambda mp: mp.setattr(utilisation, "all_devices", lambda r: r["devices"]),
+    # every record given LeNet's FLOPs
+    lambda mp: mp.setattr(utilisation, "models", SimpleNamespace(get=lambda name: lenet)),
+], ids=["no-devices", "one-node", "lenet-flops"])
+def test_a_planted_fill_fails(monkeypatch, plant):
+    plant(monkeypatch)
+    with pytest.raises(AssertionError):                                 # seen failing
+        check_fill(50e9)
 
 
 def test_the_cpu_peak_is_shared_by_devices_on_the_same_cores():
@@ -212,18 +246,35 @@ def utilisation_rows(markdown: str) -> list[dict]:
     return [dict(zip(cells[0], row)) for row in cells[2:]]
 
 
-def test_the_report_shows_the_utilisation_columns():
-    records = [fake_record(secs=(1.0, 1.2, 1.1)), fake_record(devices=2, secs=(0.8,))]
+def _utilisation_records() -> list[dict]:
+    """LeNet on 1 and 2 devices, and ResNet-18 on 2 devices on each of 3 nodes (the report
+    shares its samples/s over all 6)."""
+    records = [fake_record(secs=(1.0, 1.2, 1.1)), fake_record(devices=2, secs=(0.8,)),
+               fake_record(devices=2, model="resnet18", nodes=3, launcher="local", secs=(3.0,))]
     for r in records:
         utilisation.fill(r, 50e9, "a made-up peak")
         r.update(peak_memory_mb_per_device=[100.0] * r["devices"],
                  peak_memory_per_device_source="made-up memory")
+    return records
+
+
+def check_resnet_across_nodes(row: dict) -> None:
+    """The ResNet-18 row: 10 steps x 256 samples in 3.0 s over 6 devices (142.2 each), at
+    its own 2.735 GFLOP per sample (389 GFLOP/s per device)."""
+    assert row["model"] == "resnet18" and row["GFLOP/sample"] == "2.735", row
+    assert row["samples/s/dev"] == "142" and row["GFLOP/s/dev"] == "389", row
+    assert row["MFU"] == f"{HAND_FLOPS['resnet18'] * 2560 / 3.0 / 6 / 50e9:.1%}", row
+
+
+def test_the_report_shows_the_utilisation_columns():
+    records = _utilisation_records()
     text = report.markdown_report(report.summarize(records), records, "cmd")
     rows = utilisation_rows(text)
     for column in ("GFLOP/sample", "samples/s/dev", "95% interval", "GFLOP/s/dev",
                    "peak GFLOP/s/dev", "MFU", "peak MB/dev"):
         assert column in rows[0], column
-    one, two = rows
+    one, two, resnet = rows
+    check_resnet_across_nodes(resnet)
     # 10 steps x 256 samples over the median repeat's 1.1 s; the interval over the three
     per_device = 2560 / 1.1
     lo, hi = utilisation.interval95([2560 / s for s in (1.0, 1.2, 1.1)])
@@ -239,7 +290,6 @@ def test_the_report_shows_the_utilisation_columns():
     # the terminal's table, within 80 columns: the GFLOP per sample in its title
     import io
     from rich.console import Console
-    from common.reports import utilisation as util_report
     buf = io.StringIO()
     Console(file=buf, width=80, color_system=None).print(
         util_report.table(util_report.rows(report.summarize(records), records)))
@@ -248,6 +298,20 @@ def test_the_report_shows_the_utilisation_columns():
     for header in ("img/s", "+-95%", "GFLOP/s", "MFU", "peak MB"):
         assert header in buf.getvalue(), header
     assert f"+-{(hi - lo) / 2:,.0f}" in buf.getvalue() and f"{achieved / 50e9:.1%}" in buf.getvalue()
+
+
+@pytest.mark.parametrize("plant", [
+    # one node's devices only
+    lambda mp: mp.setattr(report, "all_devices", lambda r: r["devices"]),
+    # LeNet's FLOPs for every row
+    lambda mp: mp.setattr(util_report, "flops_per_sample", lambda r: lenet.TRAIN_FLOPS_PER_IMAGE),
+], ids=["one-node", "lenet-flops"])
+def test_a_planted_report_row_fails(monkeypatch, plant):
+    records = _utilisation_records()
+    plant(monkeypatch)
+    rows = utilisation_rows(report.markdown_report(report.summarize(records), records, "cmd"))
+    with pytest.raises(AssertionError):                                 # seen failing
+        check_resnet_across_nodes(rows[2])
 
 
 # --- a real comparison ---
