@@ -27,8 +27,19 @@ SUBNET = "10.77.0"            # a private test range, only inside the run's name
 LINK_IF = "link0"             # each node's interface, inside its namespace
 LINK_ENV = "DL_COMPARE_LINK_IF"   # tells a node's lead rank the interface to count
 PORT = 29500                  # a fresh namespace has every port free
-# tbf's burst and queue bound, as in the chapter's set-up (DESIGN.md)
-TBF = ("burst", "256kb", "latency", "200ms")
+# tbf's bucket: what passes at the CPU's speed after an idle spell (a step's compute
+# refills it), so small against a step's traffic, else a slow link looks faster than its
+# rate (a 256 KB bucket let half of LeNet's 516 KB a step through at 10 Mbit/s); but at
+# least 2 ms of the rate, or fast rates fall short of theirs (16 KB gave 680 of 1000
+# Mbit/s here). Measured: docs/nodes.md
+BURST_MIN, BURST_SEC = 16 * 1024, 0.002
+TBF_LATENCY = ("latency", "200ms")
+
+
+def tbf(rate: str) -> list[str]:
+    """tc's arguments shaping a link's egress to rate."""
+    burst = max(BURST_MIN, int(rate_bits(rate) / 8 * BURST_SEC))
+    return ["tbf", "rate", rate, "burst", str(burst), *TBF_LATENCY]
 UNSHAPED = "unshaped"
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(kbit|mbit|gbit)$")
 _UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
@@ -175,8 +186,8 @@ def create(nodes: int, rate: str) -> Network:
             _ip("ip", "-n", ns, "link", "set", LINK_IF, "up")
             _ip("ip", "-n", ns, "link", "set", "lo", "up")
             if rate != UNSHAPED:
-                _ip("tc", "-n", ns, "qdisc", "replace", "dev", LINK_IF, "root", "tbf", "rate",
-                    rate, *TBF)
+                _ip("tc", "-n", ns, "qdisc", "replace", "dev", LINK_IF, "root",
+                    *tbf(rate))
     except BaseException:
         remove(net)
         raise
