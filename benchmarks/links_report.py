@@ -9,9 +9,10 @@ a + c x b to the compute runs), and the predictor's steps.
 
 The predictor, validated out of sample: t1 fitted to the compute runs at every batch
 but the node runs' own; the link's efficiency (bytes per second over the rate's) fitted
-to each engine's exposed communication at --fit-rate only; each other rate's and node
-count's step predicted as t1 + the busiest link's bytes / (efficiency x rate) and set
-against the measured one, beside what a t2 = 0 model (the step is t1) predicts."""
+to the probe at --fit-rate only, and each engine's own per-step cost o to its step
+there; each other rate's and node count's step predicted as t1 + o + the busiest link's
+bytes / (efficiency x rate) and set against the measured one, beside what a t2 = 0
+model (the step is t1) predicts."""
 from __future__ import annotations
 
 import io
@@ -148,7 +149,7 @@ def rule_batch(compute: Compute, t2: float) -> int | None:
 
 
 def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{1e3 * x:.0f}" if x >= 0.1 else f"{1e3 * x:.1f}"
+    return "-" if x is None else f"{1e3 * x:.0f}" if abs(x) >= 0.1 else f"{1e3 * x:.1f}"
 
 
 def _pct(x: float | None) -> str:
@@ -202,35 +203,39 @@ def ps_table(data: dict) -> list[str]:
 
 
 def predictions(data: dict, fit_rate: str) -> list[dict]:
-    """Every shaped row but those at fit_rate, predicted from t1 fitted without the node
-    runs' batch and each engine's link efficiency fitted at fit_rate (2 nodes)."""
+    """Every shaped row but those at fit_rate, predicted as
+
+        step = t1 + o + busiest link's bytes / (efficiency x rate)
+
+    t1 fitted to the compute runs at every batch but the node runs' own (x n / cores
+    where n nodes share fewer cores); the link's efficiency from the probe at fit_rate; o,
+    what the engine adds to a step beyond compute and the link (its collective's own
+    work, the nodes' contention for the machine; negative where it hides communication
+    behind the backward pass), from its 2-node step at fit_rate."""
     rows = []
     for model, m in data["models"].items():
         b, p = m["batch"], models.param_bytes(model)
+        fit_bytes_s = netns.rate_bits(fit_rate) / 8
+        probe_fit = probe_sec(m["probes"].get(fit_rate))
+        if not probe_fit:
+            continue
+        eff = ring_bytes(p, 2) / probe_fit / fit_bytes_s
         fits = {}
         for fw, points in m["compute"].items():
             held = [pt for pt in points if pt[0] != b]
-            if len(held) < 2:
+            at_fit = [r for r in m["rows"] if r.framework == fw and r.rate == fit_rate and r.ok]
+            if len(held) >= 2 and at_fit:
+                t1 = Compute(held)
+                fits[fw] = (t1, at_fit[0].step - t1(b) - busiest_bytes(
+                    p, 2, at_fit[0].placement) / (eff * fit_bytes_s))
+        for row in [*m["rows"], *(data["ps"] if model == "lenet" else [])]:
+            if not row.ok or row.rate == fit_rate:
                 continue
-            t1 = Compute(held)
-            fitted_at = [r for r in m["rows"] if r.framework == fw and r.rate == fit_rate and r.ok]
-            exposed = fitted_at[0].step - t1(b) if fitted_at else None
-            if not exposed or exposed <= 0:
+            if row.rate == netns.UNSHAPED or row.framework not in fits:
+                rows.append({"row": row, "why": "unshaped: no rate to scale"
+                             if row.rate == netns.UNSHAPED else "no fit at " + fit_rate})
                 continue
-            # bytes per second the engine's exposed communication moved, over the rate's
-            eff = busiest_bytes(p, 2, _placement(fitted_at[0].record)) / exposed / (
-                netns.rate_bits(fit_rate) / 8)
-            fits[fw] = (t1, eff)
-        probe_fit = probe_sec(m["probes"].get(fit_rate))
-        probe_eff = (ring_bytes(p, 2) / probe_fit / (netns.rate_bits(fit_rate) / 8)
-                     if probe_fit else None)
-        candidates = [r for r in m["rows"]] + (data["ps"] if model == "lenet" else [])
-        for row in candidates:
-            if not row.ok or row.framework not in fits or row.rate in (fit_rate, netns.UNSHAPED):
-                if row.ok and row.rate == netns.UNSHAPED:
-                    rows.append({"row": row, "why": "unshaped: no rate to scale"})
-                continue
-            t1_fit, eff = fits[row.framework]
+            t1_fit, overhead = fits[row.framework]
             cores = (row.record.get("env") or {}).get("cpu_count") or 1
             # n nodes on fewer cores (the PS rows share them): each computes that much slower
             share = 1.0 if row.record.get("cores_per_device") else max(1.0, row.nodes / cores)
@@ -238,22 +243,20 @@ def predictions(data: dict, fit_rate: str) -> list[dict]:
             rate = netns.rate_bits(row.rate) / 8
             t2 = busiest_bytes(p, row.nodes, row.placement) / (eff * rate)
             t1_measured = dict(m["compute"].get(row.framework, [])).get(b)
-            t2_probe = probe_sec((data["ps_probes"].get(row.nodes) if row in data["ps"]
-                                  else m["probes"].get(row.rate)))
-            t2_probe_pred = (ring_bytes(p, row.nodes) / (probe_eff * rate)
-                             if probe_eff else None)
-            rows.append({"row": row, "t1": t1, "t2": t2, "step": t1 + t2,
-                         "err": (t1 + t2) / row.step - 1, "err_t2_0": t1 / row.step - 1,
-                         "t1_err": (t1_fit(b) / t1_measured - 1) if t1_measured and
-                         row in m["rows"] else None,
-                         "t2_err": (t2_probe_pred / t2_probe - 1) if t2_probe and t2_probe_pred
-                         else None,
-                         "t2_share": (row.step - t1) / row.step})
+            probe = (data["ps_probes"] if row in data["ps"] else m["probes"])
+            t2_probe = probe_sec(probe.get(row.nodes if row in data["ps"] else row.rate))
+            rows.append({"row": row, "t1": t1, "o": overhead, "t2": t2,
+                         "step": t1 + overhead + t2, "err": (t1 + overhead + t2) / row.step - 1,
+                         "err_t2_0": t1 / row.step - 1,
+                         "t1_err": (t1_fit(b) / t1_measured - 1) if t1_measured else None,
+                         "t2_err": (ring_bytes(p, row.nodes) / (eff * rate) / t2_probe - 1)
+                         if t2_probe else None,
+                         "t2_share": t2 / row.step})
     return rows
 
 
 def prediction_table(preds: list[dict]) -> list[str]:
-    out = ["| model | engine | servers | nodes | link | measured step ms | predicted ms (t1 + t2) "
+    out = ["| model | engine | servers | nodes | link | measured step ms | predicted ms (t1 + o + t2) "
            "| error | t2 = 0 error | t1 error | t2 error (probe) | t2 share of step |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in preds:
@@ -265,7 +268,8 @@ def prediction_table(preds: list[dict]) -> list[str]:
             continue
         out.append(" | ".join([
             f"| {r.model}", r.framework, servers, str(r.nodes), r.rate, _ms(r.step),
-            f"{_ms(p['t1'])} + {_ms(p['t2'])} = {_ms(p['step'])}", _pct(p["err"]),
+            f"{_ms(p['t1'])} + {_ms(p['o'])} + {_ms(p['t2'])} = {_ms(p['step'])}",
+            _pct(p["err"]),
             _pct(p["err_t2_0"]), _pct(p["t1_err"]), _pct(p["t2_err"]),
             f"{100 * p['t2_share']:.0f} % |"]))
     return out

@@ -82,9 +82,10 @@ def _record(framework, batch, step, nodes=1, rate=None, servers=None, sent=None,
     return r
 
 
-def _folder(tmp_path, law_a=0.01, law_c=0.0005, eff=0.5, overhead=0.0):
-    """A links folder whose every figure follows t1 = a + c b and t2 = bytes / (eff x
-    rate): the predictor must recover it exactly."""
+def _folder(tmp_path, law_a=0.01, law_c=0.0005, eff=0.9, overhead=0.03):
+    """A links folder whose every figure follows t1 = a + c b, the probe's t2 = bytes /
+    (0.9 x rate) and the step t1 + overhead + bytes / (eff x rate): the predictor must
+    recover it exactly when eff is the probe's."""
     def write(folder, record):
         folder.mkdir(parents=True, exist_ok=True)
         name = f"{record['framework']}-native-{record['nodes']}nodes-1dev.json"
@@ -118,10 +119,9 @@ def test_the_predictor_recovers_a_known_law_out_of_sample(tmp_path):
 
 
 def test_a_wrong_law_shows_as_error(tmp_path):
-    """Planted: every step 30 ms slower than the law at each rate but the fit's would be a
-    predictor error the table must show; here a constant overhead the law lacks is fitted
-    into the efficiency at 100mbit and shows at the other rates."""
-    _folder(tmp_path, overhead=0.03)
+    """Planted: the engine's communication at half the probe's efficiency, which the
+    constant o fitted at 100mbit cannot absorb: the other rates' errors must show it."""
+    _folder(tmp_path, eff=0.45)
     preds = links_report.predictions(links_report.load(tmp_path), "100mbit")
     assert all(abs(p["err"]) > 0.05 for p in preds), preds
 
