@@ -439,17 +439,22 @@ FLOPS_SHARE = (0.7, 1.3)
 
 def _placement_matches(trainer, model, n, batch, what):
     """Where the numbers do not show where the batch went (Trainer.numbers_show_placement),
-    the trainer's placement does: its step spans the n devices of this process, each held
-    batch / n rows of the step's images, and each ran 1/n of the step's FLOPs (a batch
-    copied to every device instead gives the same numbers, at n times the work)."""
-    if trainer.numbers_show_placement:
-        return
-    placed = trainer.placement()
+    the trainer's placement does (placement_is)."""
+    if not trainer.numbers_show_placement:
+        placement_is(trainer.placement(), model, n, 1, n, batch, what)
+
+
+def placement_is(placed, model, n, processes, local, batch, what):
+    """A step's placement (Trainer.placement) spans n devices in `processes` processes,
+    each of this process's `local` devices held batch / n rows of the step's images, and
+    each ran 1/n of the step's FLOPs (a batch copied to every device instead gives the
+    same numbers, at n times the work; a process whose mesh held its own devices alone,
+    its rows alone)."""
     assert placed is not None, f"{what}: the trainer does not say where its batch went"
-    assert (placed["devices"], placed["processes"]) == (n, 1), (
+    assert (placed["devices"], placed["processes"]) == (n, processes), (
         f"{what}: the step spans {placed['devices']} devices in {placed['processes']} "
-        f"process(es), not {n} in 1")
-    assert placed["rows"] == [batch // n] * n, (
+        f"process(es), not {n} in {processes}")
+    assert placed["rows"] == [batch // n] * local, (
         f"{what}: the devices held {placed['rows']} rows of the step's {batch} images, "
         f"not {batch // n} each")
     if placed["flops"] is not None:

@@ -19,6 +19,7 @@ from common.facts import data, registry
 from common import models
 from common.launch import netns
 from common.launch.launcher import free_port
+from tests.conformance import placement_is
 from tests.conftest import (RUN_SHAPE, ROOT, covered, having, interrupt, lacking, planted_run,
                             subprocess_env)
 from tests.test_training import GLOROT_LOSS_ATOL, _agree, _lenet_glorot_config, _ok, _same_params
@@ -82,13 +83,32 @@ def test_two_simulated_nodes_train_as_one_process(worker_record, framework):
         assert two["link"]["rate"] == "1gbit" and two["link"]["short"] is None
         assert all(two["link"]["tx_bytes"]) and all(two["link"]["rx_bytes"])
     assert two["servers"] == (2 if registry.facts(framework).cluster == "dmlc" else None)
-    # the gradients (and losses) of both nodes' shards were summed: else the second
-    # step's loss would be that of half a batch's update, and the parameters others
+    if registry.facts(framework).cluster in ONE_PROGRAM or two["placement"] is not None:
+        _spans_the_nodes(two)
+    _as_one_process(two)
+    assert two["test_accuracy"] is not None
+
+
+# The engines whose step is one program over every node's devices: the record says which
+# devices and processes the program spans (Trainer.placement)
+ONE_PROGRAM = ("jax-distributed",)
+
+
+def _spans_the_nodes(two):
+    """The step's program spans both nodes' devices in two processes, each device holding
+    its share of the batch (a node whose mesh held its own devices alone trains alone)."""
+    placement_is(two["placement"], models.get("lenet"), 2, 2, 1,
+                 RUN_SHAPE["lenet"]["batch_size"], "2 nodes")
+
+
+def _as_one_process(two):
+    """The gradients (and losses) of both nodes' shards were summed: else the second step's
+    loss would be that of half a batch's update, and the parameters others (every rank
+    takes only its own rows of a batch, so a node that trains alone trains on those)."""
     losses, fingerprint = _one_process()
     _agree(two["step_losses"], losses, "lenet", "(2 nodes vs 1 process, the oracle)",
            GLOROT_LOSS_ATOL[:STEPS])
     _same_params(two["param_fingerprint"], fingerprint, "2 nodes vs 1 process, the oracle")
-    assert two["test_accuracy"] is not None
 
 
 def _rank_processes(node: int) -> list[int]:
@@ -264,3 +284,29 @@ def test_the_link_check_fails_when_the_nodes_talk_over_their_own_loopback(tmp_pa
     assert planted["status"] == "failed", planted.get("error")
     assert "the traffic did not cross the link" in planted["error"]
     assert sum(planted["link"]["tx_bytes"]) < planted["link"]["least_bytes"]
+
+
+# A planted bug, in every process of a jax.distributed run: each node's mesh holds only
+# its own devices (jax.devices() answering jax.local_devices()), so each node trains
+# alone and nothing crosses between them.
+NODE_LOCAL_MESH = """
+import os
+if os.environ.get("DL_COMPARE_NODE"):
+    import jax
+    jax.devices = jax.local_devices
+"""
+
+
+@pytest.mark.parametrize("framework", [f for f in having("nodes")
+                                       if registry.facts(f).cluster in ONE_PROGRAM])
+def test_the_nodes_check_fails_when_each_node_trains_alone(tmp_path, framework):
+    """The check above on a run whose nodes' meshes hold their own devices alone, under
+    --launcher local, where no link counts the bytes that cross: the placement fails it
+    (1 device in 1 process), and the step losses do (each node trained on its own rows)."""
+    planted = _ok(planted_run(tmp_path, NODE_LOCAL_MESH, _lenet_glorot_config(
+        framework, "native", 1, steps_per_epoch=STEPS, nodes=2, join_timeout=JOIN_TIMEOUT,
+        launcher="local")))
+    with pytest.raises(AssertionError, match=r"spans 1 devices in 1 process\(es\), not 2 in 2"):
+        _spans_the_nodes(planted)
+    with pytest.raises(AssertionError, match="step losses differ"):
+        _as_one_process(planted)
