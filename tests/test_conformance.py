@@ -148,10 +148,11 @@ def test_1f1b_check_fails_on_planted_bugs_in_a_framework(framework):
             plant, results[plant])
 
 
-# A batch copied to every device instead of split over them, where one program spans the
-# devices and gives the same numbers either way: JAX's mesh trainer handed its inputs
-# replicated, or handed them split and gathering them whole inside its program; Keras on
-# JAX given a replicated data layout by its DataParallel. Each with how the check fails.
+# A batch copied to every device instead of split over them, where the numbers are the same
+# either way: JAX's mesh trainer handed its inputs replicated, or handed them split and
+# gathering them whole inside its program; Keras on JAX given a replicated data layout by
+# its DataParallel; Keras on TensorFlow, whose loss is scaled by 1 / replicas, fed every
+# batch once per replica by MirroredStrategy. Each with how the check fails.
 ROWS = "the devices held [64, 64] rows of the step's 64 images, not 32 each"
 GATHERED = """
 import jax, numpy as np
@@ -163,6 +164,12 @@ def training_step_fn(ops):
     return lambda p, s, X, y: f(p, s, *jax.lax.with_sharding_constraint((X, y), whole))
 native.training_step_fn = training_step_fn
 """
+EVERY_REPLICA = """
+import tensorflow as tf
+tf.distribute.MirroredStrategy.experimental_distribute_dataset = (
+    lambda self, ds, options=None: self.distribute_datasets_from_function(lambda ctx: ds.flat_map(
+        lambda *b: tf.data.Dataset.from_tensors(b).repeat(ctx.num_replicas_in_sync))))
+"""
 REPLICATED_BATCH = {
     "jax replicated": ("jax", "from frameworks.jax import native\nnative.MeshTrainer._shard = "
                               "lambda self, a: native.jax.device_put(a, self.replicated)", ROWS),
@@ -170,6 +177,7 @@ REPLICATED_BATCH = {
     "keras-jax": ("keras-jax", "import keras\n"
                   "keras.distribution.DataParallel.get_data_layout = lambda self, shape: "
                   "keras.distribution.TensorLayout([None] * len(shape), self.device_mesh)", ROWS),
+    "keras-tensorflow": ("keras-tensorflow", EVERY_REPLICA, ROWS),
 }
 PLANTED_PLACEMENT_RUN = """
 import sys

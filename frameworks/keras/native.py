@@ -207,12 +207,23 @@ class StrategyPlacement:
         self.devices = ([tf_device(d) for d in devices] if strategy is None
                         else list(strategy.extended.worker_devices))
         self.multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-        self._evaluate = None
+        self._evaluate = self._rows = None
 
-    numbers_show_placement = True
+    @property
+    def numbers_show_placement(self):
+        # Keras scales each replica's loss by 1 / replicas: a batch copied to every
+        # replica gives the same numbers as one split over them
+        return self.strategy.num_replicas_in_sync == 1
 
     def placement(self):
-        return None
+        """The replicas and workers the strategy spans; each of this worker's replicas' rows
+        of the images its last step received (a worker whose strategy held its own devices
+        alone would take the whole batch and train alone, with one process's numbers)."""
+        resolver = getattr(self.strategy, "cluster_resolver", None)
+        return {"devices": self.strategy.num_replicas_in_sync,
+                "processes": resolver.cluster_spec().num_tasks("worker") if resolver else 1,
+                "rows": [int(r) for r in self.strategy.experimental_local_results(self._rows)],
+                "flops": None}
 
     def scope(self):
         return self.strategy.scope()
@@ -226,6 +237,16 @@ class StrategyPlacement:
             model._distribute_strategy = None
             _reduce_scalars_across_workers()
         self._evaluate = tf.function(lambda x: model(x, training=False), autograph=False)
+        with self.strategy.scope():      # each replica's own copy: the rows it received
+            self._rows = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                     synchronization=tf.VariableSynchronization.ON_READ,
+                                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        step = model.train_step
+
+        def noted(data):
+            self._rows.assign(tf.shape(keras.tree.flatten(data)[0], out_type=tf.int64)[0])
+            return step(data)
+        model.train_step = noted
 
     def fit(self, model, X, y, batch, callback):
         batches = tf.data.Dataset.from_tensor_slices((X, y)).batch(batch)
