@@ -146,3 +146,61 @@ def test_1f1b_check_fails_on_planted_bugs_in_a_framework(framework):
     for plant in ("dropped backward", "first at GPipe's"):
         assert results[plant].startswith("failed: M=4: ") and "1F1B vs GPipe" in results[plant], (
             plant, results[plant])
+
+
+# A batch copied to every device instead of split over them, where the numbers are the same
+# either way: JAX's mesh trainer handed its inputs replicated, or handed them split and
+# gathering them whole inside its program; Keras on JAX given a replicated data layout by
+# its DataParallel; Keras on TensorFlow, whose loss is scaled by 1 / replicas, fed every
+# batch once per replica by MirroredStrategy. Each with how the check fails.
+ROWS = "the devices held [64, 64] rows of the step's 64 images, not 32 each"
+GATHERED = """
+import jax, numpy as np
+from frameworks.jax import native
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+_fn = native.training_step_fn
+def training_step_fn(ops):
+    f, whole = _fn(ops), NamedSharding(Mesh(np.array(jax.devices()), ("data",)), P())
+    return lambda p, s, X, y: f(p, s, *jax.lax.with_sharding_constraint((X, y), whole))
+native.training_step_fn = training_step_fn
+"""
+EVERY_REPLICA = """
+import tensorflow as tf
+tf.distribute.MirroredStrategy.experimental_distribute_dataset = (
+    lambda self, ds, options=None: self.distribute_datasets_from_function(lambda ctx: ds.flat_map(
+        lambda *b: tf.data.Dataset.from_tensors(b).repeat(ctx.num_replicas_in_sync))))
+"""
+REPLICATED_BATCH = {
+    "jax replicated": ("jax", "from frameworks.jax import native\nnative.MeshTrainer._shard = "
+                              "lambda self, a: native.jax.device_put(a, self.replicated)", ROWS),
+    "jax gathered": ("jax", GATHERED, "one device ran 0.99 of the step's FLOPs, not 1/2"),
+    "keras-jax": ("keras-jax", "import keras\n"
+                  "keras.distribution.DataParallel.get_data_layout = lambda self, shape: "
+                  "keras.distribution.TensorLayout([None] * len(shape), self.device_mesh)", ROWS),
+    "keras-tensorflow": ("keras-tensorflow", EVERY_REPLICA, ROWS),
+}
+PLANTED_PLACEMENT_RUN = """
+import sys
+from common.facts import registry
+from tests.conformance import native_trainer_matches_oracle
+b = registry.get(sys.argv[1])
+b.setup(cpu_devices=2, threads=1)
+exec(sys.argv[2])
+try:
+    native_trainer_matches_oracle(b, "lenet")
+    print("passed")
+except AssertionError as e:
+    print(f"failed: {e}")
+"""
+
+
+@pytest.mark.parametrize("plant", [p for p, (f, *_) in REPLICATED_BATCH.items() if f in covered()])
+def test_native_check_fails_when_the_batch_is_copied_to_every_device(plant):
+    """native_trainer_matches_oracle (2 devices) with the batch whole on both devices: its
+    losses and parameters still equal the oracle's (the check gets past them), and where
+    the batch went fails it. The check as the code is passes in test_conformance."""
+    framework, source, message = REPLICATED_BATCH[plant]
+    proc = run_python(["-c", PLANTED_PLACEMENT_RUN, framework, source], framework=framework)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = proc.stdout.strip().splitlines()[-1]
+    assert result.startswith(f"failed: native default: {message}"), result

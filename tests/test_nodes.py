@@ -19,6 +19,7 @@ from common.facts import data, registry
 from common import models
 from common.launch import netns
 from common.launch.launcher import free_port
+from tests.conformance import placement_is
 from tests.conftest import (RUN_SHAPE, ROOT, covered, having, interrupt, lacking, planted_run,
                             subprocess_env)
 from tests.test_training import GLOROT_LOSS_ATOL, _agree, _lenet_glorot_config, _ok, _same_params
@@ -82,13 +83,38 @@ def test_two_simulated_nodes_train_as_one_process(worker_record, framework):
         assert two["link"]["rate"] == "1gbit" and two["link"]["short"] is None
         assert all(two["link"]["tx_bytes"]) and all(two["link"]["rx_bytes"])
     assert two["servers"] == (2 if registry.facts(framework).cluster == "dmlc" else None)
-    # the gradients (and losses) of both nodes' shards were summed: else the second
-    # step's loss would be that of half a batch's update, and the parameters others
+    if registry.facts(framework).cluster in OWN_REPLICA_COUNT or two["placement"] is not None:
+        _spans_the_nodes(two)
+    _as_one_process(two)
+    assert two["test_accuracy"] is not None
+
+
+# The engines where what a node trains on follows the engine's own count of devices, not
+# the launcher's rank: a node whose engine holds its own devices alone would take the whole
+# batch and train alone, as one process does (jax.distributed's mesh, before each process
+# fed its own rows; TF_CONFIG's MultiWorkerMirroredStrategy cuts the batch by its replica
+# count). The record says which devices and processes the step spans (Trainer.placement).
+# The others take their rows by the rank that the launcher or the engine hands them
+# (torchrun's, Paddle's; MXNet's KVStore numbers its workers, and the record's world_size
+# is that count): a node that trains alone trains on its rows, and the numbers fail.
+OWN_REPLICA_COUNT = ("jax-distributed", "tf-config")
+
+
+def _spans_the_nodes(two):
+    """The step's program spans both nodes' devices in two processes, each device holding
+    its share of the batch (a node whose mesh held its own devices alone trains alone)."""
+    placement_is(two["placement"], models.get("lenet"), 2, 2, 1,
+                 RUN_SHAPE["lenet"]["batch_size"], "2 nodes")
+
+
+def _as_one_process(two):
+    """The gradients (and losses) of both nodes' shards were summed: else the second step's
+    loss would be that of half a batch's update, and the parameters others (every rank
+    takes only its own rows of a batch, so a node that trains alone trains on those)."""
     losses, fingerprint = _one_process()
     _agree(two["step_losses"], losses, "lenet", "(2 nodes vs 1 process, the oracle)",
            GLOROT_LOSS_ATOL[:STEPS])
     _same_params(two["param_fingerprint"], fingerprint, "2 nodes vs 1 process, the oracle")
-    assert two["test_accuracy"] is not None
 
 
 def _rank_processes(node: int) -> list[int]:
@@ -264,3 +290,44 @@ def test_the_link_check_fails_when_the_nodes_talk_over_their_own_loopback(tmp_pa
     assert planted["status"] == "failed", planted.get("error")
     assert "the traffic did not cross the link" in planted["error"]
     assert sum(planted["link"]["tx_bytes"]) < planted["link"]["least_bytes"]
+
+
+# Planted bugs, in every process of a run, by engine: each node trains alone, its engine
+# holding its own devices only. jax.distributed: each node's mesh of its own devices
+# (jax.devices() answering jax.local_devices()); TF_CONFIG: each worker's trainer on a
+# MirroredStrategy of its own devices instead of the cluster's.
+ALONE = {"jax-distributed": """
+import os
+if os.environ.get("DL_COMPARE_NODE"):
+    import jax
+    jax.devices = jax.local_devices
+""", "tf-config": """
+import os
+if os.environ.get("DL_COMPARE_NODE"):
+    from frameworks.tensorflow import native
+    _init = native.MirroredTrainer.__init__
+    def __init__(self, ops, params, state, devices, lr, execution="graph", strategy=None):
+        _init(self, ops, params, state, devices, lr, execution)
+    native.MirroredTrainer.__init__ = __init__
+"""}
+# one framework per engine (Keras on TensorFlow's placement is held to the same check by the
+# two-node test above)
+ALONE_RUNS = [next(f for f in having("nodes") if registry.facts(f).cluster == c)
+              for c in ALONE if any(registry.facts(f).cluster == c for f in having("nodes"))]
+
+
+@pytest.mark.parametrize("framework", ALONE_RUNS)
+def test_the_nodes_check_fails_when_each_node_trains_alone(tmp_path, framework):
+    """The check above on a run whose every node trains alone, under --launcher local,
+    where no link counts the bytes that cross: the placement fails it (1 device in 1
+    process). TensorFlow's numbers pass (each worker trains on the whole batch, as one
+    process does); JAX's step losses fail too (each process feeds its own rows only)."""
+    cluster = registry.facts(framework).cluster
+    planted = _ok(planted_run(tmp_path, ALONE[cluster], _lenet_glorot_config(
+        framework, "native", 1, steps_per_epoch=STEPS, nodes=2, join_timeout=JOIN_TIMEOUT,
+        launcher="local")))
+    with pytest.raises(AssertionError, match=r"spans 1 devices in 1 process\(es\), not 2 in 2"):
+        _spans_the_nodes(planted)
+    if cluster == "jax-distributed":
+        with pytest.raises(AssertionError, match="step losses differ"):
+            _as_one_process(planted)

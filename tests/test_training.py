@@ -8,6 +8,7 @@ import pytest
 from common.facts import data, registry
 from common import models
 from common.core.contract import NeedsGPU
+from tests.conformance import placement_is
 from tests.conftest import RUN_SHAPE, covered, planted_run
 
 # How closely step losses must agree (absolute): one bound per compared step, from the
@@ -109,6 +110,10 @@ def test_native_two_devices_matches_scratch(worker_record, framework, model):
         return
     _ok(native)
     assert len(native["device_names"]) == 2
+    if native["placement"] is not None:     # where the numbers do not show where the batch
+        # went (tests/conformance.py plants a batch copied to both devices)
+        placement_is(native["placement"], models.get(model), 2, 1, 2,
+                     RUN_SHAPE[model]["batch_size"], "native x2")
     if registry.facts(framework).native_processes:
         # one process per device, really: the comparisons below then only hold if the
         # processes reduced gradients (and losses) between them

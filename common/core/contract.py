@@ -132,6 +132,19 @@ class Trainer(ABC):
         at the end of training: a trainer spread over processes gathers it)."""
         return models_mod.fingerprint(self.replica_params()[0])
 
+    # False where a batch copied to every device gives the same numbers as one split over
+    # them (one SPMD program over the global batch; a loss scaled by the replica count):
+    # then no comparison of numbers shows where the batch went, and placement() must
+    numbers_show_placement = True
+
+    def placement(self) -> dict | None:
+        """Where the last step's batch went, read from the step's own inputs, for a trainer
+        whose numbers do not show it (numbers_show_placement): "devices" and "processes"
+        the step spans (over every process), "rows" of the step's inputs on each of this
+        process's devices, and "flops" of one device's share of the compiled step (None
+        where no single program runs it). None elsewhere."""
+        return None
+
     def figures(self) -> dict:
         """Figures of the run that only this mode has, for the record (model mode: per-stage
         times, bytes between stages, bubble); called by every rank at the end of training."""

@@ -160,6 +160,7 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     out["samples_per_sec"] = steps * cfg.batch_size / total if total else None
     out["steps_per_epoch"] = [len(o) for o in orders]
     out.update(trainer.figures())
+    out["placement"] = trainer.placement()
     out["param_fingerprint"] = trainer.param_fingerprint()
     if link:
         out["link_bytes"] = carried

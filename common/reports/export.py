@@ -20,7 +20,7 @@ NOT_SCALAR = ("device_names", "cpu_affinity", "sec_per_epoch", "steps_per_epoch"
               "node_sec_per_epoch", "traceback", "env", "trace", "repeats",
               "peak_memory_mb_per_device", "stage_peak_micro_batches",
               "stage_peak_micro_batches_predicted", "stage_activation_bytes",
-              "stage_activation_bytes_predicted", "pipeline_spans")
+              "stage_activation_bytes_predicted", "pipeline_spans", "placement")
 RECORD_COLUMNS = tuple(k for k in (*RECORD_KEYS, *COMPARE_KEYS) if k not in NOT_SCALAR)
 
 

@@ -45,6 +45,10 @@ RECORD_KEYS = (
     # simulated node's sec/epoch (--launcher local)
     "nodes", "node_rank", "launcher", "cluster_launcher", "world_size", "servers",
     "node_sec_per_epoch",
+    # where the batch went, read from the steps' inputs, for the trainers whose numbers do
+    # not show it (Trainer.placement: the devices and processes one step spans, each
+    # device's rows and share of the step's FLOPs); None for the others
+    "placement",
     # how it ended, and where; with --trace, the timeline's file and what tracing does
     # to the times (common/results/trace.py)
     "status", "error", "traceback", "env", "trace",

@@ -7,7 +7,11 @@ statistics and keeps each device's running statistics (state (devices, C), shard
 like the batch: models.batch_norm's groups); with sync_bn, the plain program's
 statistics over the whole batch (the partitioner all-reduces them). Several
 machines: the same code over a Mesh of every process's devices (jax.distributed,
-joined in `join`)."""
+joined in `join`), each process feeding only its own rows of the batch.
+
+The arithmetic of one program over the global batch does not depend on where the batch
+lies: copied to every device it gives the same numbers as split over them. So the
+trainer says where it went (placement), read from the step's inputs and program."""
 import functools
 import os
 
@@ -17,6 +21,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from common import models
 from common.core.contract import NotApplicable, Trainer
+from common.facts.data import shard_bounds
 
 from .devices import jax_device, local_devices
 from .models import sgd_update, training_step_fn
@@ -27,8 +32,13 @@ EVEN_SHARDS = ("jax.jit over a Mesh shards the batch into equal parts, one per d
 
 
 class MeshTrainer(Trainer):
-    def __init__(self, backend, model, params, devices, lr, execution, world=1, sync_bn=False):
+    numbers_show_placement = False
+
+    def __init__(self, backend, model, params, devices, lr, execution, rank=0, world=1,
+                 sync_bn=False):
         self.backend, self.ops = backend, backend.model_ops(model)
+        self.rank, self.world, self.compiled = rank, world, execution == "compiled"
+        self._inputs = None
         # one process: the devices asked for; several: every process's devices
         mesh_devices = (jax.devices() if world > 1 else [jax_device(d) for d in devices])
         self.mesh = Mesh(np.array(mesh_devices), ("data",))
@@ -63,14 +73,35 @@ class MeshTrainer(Trainer):
     def _shard(self, a):
         if a.shape[0] % self.mesh.size:
             raise NotApplicable(EVEN_SHARDS.format(batch=a.shape[0], k=self.mesh.size))
-        # every process holds the whole batch; each device takes its contiguous shard
-        return jax.make_array_from_callback(a.shape, self.sharded, lambda idx: a[idx])
+        if self.world == 1:          # each device takes its contiguous shard
+            return jax.make_array_from_callback(a.shape, self.sharded, lambda idx: a[idx])
+        # several processes: this process hands over only its own rows, as every engine's
+        # rank takes its shard; the global batch is the rows of the processes in the mesh,
+        # so a mesh of this process's devices alone would train on these rows alone
+        lo, hi = shard_bounds(len(a), self.world)[self.rank]
+        return jax.make_array_from_process_local_data(self.sharded, a[lo:hi])
 
     def step(self, X, y):
-        self.params, self.state, loss = self._step(self.params, self.state,
-                                                   self._shard(X), self._shard(y))
+        X, y = self._shard(X), self._shard(y)
+        self._inputs = (X, y)
+        self.params, self.state, loss = self._step(self.params, self.state, X, y)
         self.backend.note(self.params, id(self))
         return loss
+
+    def placement(self):
+        """The mesh's devices and processes; each of this process's devices' rows of the
+        last step's images; the FLOPs of the compiled step's program on one device (XLA's
+        cost analysis of the partitioned program: the same program, from jit's cache)."""
+        X, y = self._inputs
+        rows = {s.device: s.data.shape[0] for s in X.addressable_shards}
+        flops = None
+        if self.compiled:
+            cost = self._step.lower(self.params, self.state, X, y).compile().cost_analysis()
+            flops = (cost[0] if isinstance(cost, list) else cost)["flops"]
+        return {"devices": self.mesh.size,
+                "processes": len({d.process_index for d in self.mesh.devices.flat}),
+                "rows": [rows[d] for d in self.mesh.devices.flat if d in rows],
+                "flops": flops}
 
     def losses(self, handles):
         # replicated: this process's copy (a multi-process array is not whole here)
@@ -110,7 +141,7 @@ class MeshTrainer(Trainer):
 
 class Native:
     def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
-        return MeshTrainer(self, model, params, devices, lr, execution, world, sync_bn)
+        return MeshTrainer(self, model, params, devices, lr, execution, rank, world, sync_bn)
 
     # --- several machines: one process per node, jax.distributed (JAX has no launcher;
     # common.launch.nodes starts the processes with the master as coordinator) ---

@@ -61,9 +61,13 @@ class Progress(keras.callbacks.Callback):
 class ArraysPlacement:
     """fit on NumPy arrays (Keras's own batching, in order: shuffle=False), evaluation by
     a plain call, every variable one array: Keras on JAX on one device, on torch."""
+    numbers_show_placement = True      # one device: the batch has nowhere else to go
 
     def __init__(self, devices, sync_bn):
         self.devices = list(devices)
+
+    def placement(self):
+        return None
 
     def scope(self):
         # torch: "cpu", not "cpu:0" (measured: under keras.device("cpu:0") Keras 3.15's
@@ -91,12 +95,33 @@ class DataParallelPlacement(ArraysPlacement):
     inserts the all-reduce. Its scope (not set_distribution, which is global) covers
     building the model (the weights' layout) and fit (the batches' sharding)."""
 
+    # one program over the global batch: copied to every device, the same numbers
+    numbers_show_placement = False
+
     def __init__(self, devices, sync_bn):
         super().__init__(devices, sync_bn)
         self.distribution = keras.distribution.DataParallel(devices=self.devices)
+        self.seen = []          # the last step's images, as fit's train step received them
 
     def scope(self):
         return self.distribution.scope()
+
+    def fit(self, model, X, y, batch, callback):
+        with self.scope():      # fit's own train function (made in the distribution's scope)
+            model.make_train_function()
+        train = model.train_function
+        if not getattr(train, "watched", False):
+            def watched(state, batches):
+                return train(state, _Noted(batches, self.seen))
+            watched.watched = True
+            model.train_function = watched
+        return super().fit(model, X, y, batch, callback)
+
+    def placement(self):
+        """The mesh's devices; each device's rows of the images the last step received."""
+        rows = {neutral_name(s.device): s.data.shape[0] for s in self.seen[0].addressable_shards}
+        return {"devices": self.distribution.device_mesh.devices.size, "processes": 1,
+                "rows": [rows[d] for d in self.devices], "flops": None}
 
     def copies(self, variables):
         # each device's own copy of a replicated weight, read from that device
@@ -104,6 +129,21 @@ class DataParallelPlacement(ArraysPlacement):
                          key=lambda s: self.devices.index(neutral_name(s.device)))
                   for v in variables]
         return [[np.asarray(per_var[i].data) for per_var in shards] for i in range(len(self.devices))]
+
+
+class _Noted:
+    """The batches that fit's train function draws, each one's images noted in `seen`."""
+
+    def __init__(self, batches, seen):
+        self.batches, self.seen = batches, seen
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        data = next(self.batches)
+        self.seen[:] = [keras.tree.flatten(data)[0]]
+        return data
 
 
 def placement(devices, sync_bn):
@@ -167,7 +207,23 @@ class StrategyPlacement:
         self.devices = ([tf_device(d) for d in devices] if strategy is None
                         else list(strategy.extended.worker_devices))
         self.multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-        self._evaluate = None
+        self._evaluate = self._rows = None
+
+    @property
+    def numbers_show_placement(self):
+        # Keras scales each replica's loss by 1 / replicas: a batch copied to every
+        # replica gives the same numbers as one split over them
+        return self.strategy.num_replicas_in_sync == 1
+
+    def placement(self):
+        """The replicas and workers the strategy spans; each of this worker's replicas' rows
+        of the images its last step received (a worker whose strategy held its own devices
+        alone would take the whole batch and train alone, with one process's numbers)."""
+        resolver = getattr(self.strategy, "cluster_resolver", None)
+        return {"devices": self.strategy.num_replicas_in_sync,
+                "processes": resolver.cluster_spec().num_tasks("worker") if resolver else 1,
+                "rows": [int(r) for r in self.strategy.experimental_local_results(self._rows)],
+                "flops": None}
 
     def scope(self):
         return self.strategy.scope()
@@ -181,6 +237,16 @@ class StrategyPlacement:
             model._distribute_strategy = None
             _reduce_scalars_across_workers()
         self._evaluate = tf.function(lambda x: model(x, training=False), autograph=False)
+        with self.strategy.scope():      # each replica's own copy: the rows it received
+            self._rows = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                     synchronization=tf.VariableSynchronization.ON_READ,
+                                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        step = model.train_step
+
+        def noted(data):
+            self._rows.assign(tf.shape(keras.tree.flatten(data)[0], out_type=tf.int64)[0])
+            return step(data)
+        model.train_step = noted
 
     def fit(self, model, X, y, batch, callback):
         batches = tf.data.Dataset.from_tensor_slices((X, y)).batch(batch)
@@ -255,6 +321,13 @@ class FitTrainer(Trainer):
 
     def losses(self, handles):
         return np.asarray(handles, np.float64)
+
+    @property
+    def numbers_show_placement(self):
+        return self.place.numbers_show_placement
+
+    def placement(self):
+        return self.place.placement()
 
     def logits(self, X):
         return self.place.logits(self.model, nhwc(X))

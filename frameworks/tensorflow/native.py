@@ -37,7 +37,7 @@ class MirroredTrainer(Trainer):
             self.state = [tf.Variable(s, trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
                                       aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
                           for s in state]
-        self.lr = lr
+        self.lr, self._rows = lr, {}
         # compiled: each replica's forward and backward by XLA (the SGD update stays
         # outside: a SUM-aggregated variable's update all-reduces through the strategy,
         # which XLA cannot hold)
@@ -71,6 +71,7 @@ class MirroredTrainer(Trainer):
         def shard(source, dtype):
             def value_fn(ctx):
                 lo, hi = bounds[ctx.replica_id_in_sync_group]
+                self._rows[ctx.replica_id_in_sync_group] = hi - lo
                 return tf.constant(source[lo:hi], dtype)
             return self.strategy.experimental_distribute_values_from_function(value_fn)
 
@@ -78,6 +79,17 @@ class MirroredTrainer(Trainer):
 
     def losses(self, handles):
         return np.array([h.numpy() for h in handles])
+
+    def placement(self):
+        """The replicas and workers the strategy spans and each of this worker's replicas'
+        rows of the last step: the rows follow the strategy's replica count, so a worker
+        whose strategy held its own devices alone would train alone on the whole batch,
+        with the numbers of one process (a batch copied to every replica of one process
+        gives each replica's update the whole batch's: those numbers show it)."""
+        resolver = self.strategy.cluster_resolver
+        return {"devices": self.strategy.num_replicas_in_sync,
+                "processes": resolver.cluster_spec().num_tasks("worker") if resolver else 1,
+                "rows": [self._rows[r] for r in sorted(self._rows)], "flops": None}
 
     def logits(self, X):
         with tf.device(self.devices[0]):
