@@ -20,6 +20,10 @@ from common import models
 from common.launch import netns
 from common.launch.launcher import free_port
 from tests.conformance import placement_is
+# run in this file's worker (see its docstring)
+from tests.link_faults import (  # noqa: F401
+    test_a_cut_and_a_throttled_link_end_their_runs_in_bound_naming_the_link,
+    test_the_links_state_names_a_link_down_and_one_throttled)
 from tests.conftest import (RUN_SHAPE, ROOT, covered, having, interrupt, lacking, planted_run,
                             subprocess_env)
 from tests.test_training import GLOROT_LOSS_ATOL, _agree, _lenet_glorot_config, _ok, _same_params

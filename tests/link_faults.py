@@ -3,7 +3,10 @@
 node 1's link is throttled to a crawl, in one compare command. Each run ends as failed
 within the stated bound (--stall-timeout of no progress, then the stop), its message
 naming the stalled node and the link at fault; no process or namespace of either run is
-left, and the first run's record survives the second."""
+left, and the first run's record survives the second.
+
+Collected in tests/test_nodes.py: pytest runs a file's tests in one worker, and the node
+tests there count and kill rank processes and namespaces machine-wide."""
 import json
 import os
 import subprocess
@@ -17,8 +20,9 @@ from common.launch import netns
 from common.facts import registry
 from tests.conftest import ROOT, subprocess_env
 
-pytestmark = pytest.mark.skipif(netns.unavailable() is not None,
-                                reason=netns.unavailable() or "")
+# on each test, not the module's pytestmark: test_nodes.py imports the tests alone
+NEEDS_NETNS = pytest.mark.skipif(netns.unavailable() is not None,
+                                 reason=netns.unavailable() or "")
 
 STALL = 10                # --stall-timeout: seconds of no progress before the run ends
 BOUND = STALL + 30        # fault to record: the stall, a step in flight, the stop, the write
@@ -77,6 +81,7 @@ def _saboteur(compare: int, faults, done: list, stop: threading.Event):
             time.sleep(0.2)
 
 
+@NEEDS_NETNS
 @pytest.mark.skipif(not all(map(registry.is_installed, ("pytorch", "mxnet"))),
                     reason="needs pytorch and mxnet installed")
 def test_a_cut_and_a_throttled_link_end_their_runs_in_bound_naming_the_link(tmp_path):
@@ -114,6 +119,7 @@ def test_a_cut_and_a_throttled_link_end_their_runs_in_bound_naming_the_link(tmp_
     assert run.returncode == 1        # failed runs, recorded: not a crash of compare
 
 
+@NEEDS_NETNS
 def test_the_links_state_names_a_link_down_and_one_throttled():
     """What the stalled run's message says of the links, on its own: as set up, then one
     node's link down and the other's throttled (the faults above, each seen here)."""
