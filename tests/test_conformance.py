@@ -106,6 +106,36 @@ def test_gradient_check_fails_on_a_wrong_small_gradient():
             _grads_close(model, planted, want, tol)
 
 
+def test_parameter_check_fails_on_a_wrong_small_update():
+    """The oracle checks' parameter comparison (conformance's _updates_close), on
+    ResNet-18 after its one SGD step: the oracle's own parameters in float32 pass it; the
+    same with one small tensor's update wrong (the last block's first BatchNorm shift:
+    left where it started, or stepped twice as far) or a conv bias before BatchNorm moved
+    by its BatchNorm's shift's update fail it, where the old comparison, 5e-2 of the
+    model's largest update, passed all three."""
+    from tests.conformance import (CHECK_LR, ORACLE_BATCH, TOLERANCES, _batch, _close,
+                                   _nontrivial_params, _updates_close)
+    model, tol = models.get("resnet18"), TOLERANCES["resnet18"]
+    X, y = _batch(ORACLE_BATCH["resnet18"])
+    start = _nontrivial_params(model)
+    grads = model.loss_and_grads(start, X, y)[2]
+    want = [p - CHECK_LR * g / len(y) for p, g in zip(start, grads)]
+    got = [w.astype(np.float32) for w in want]
+    _updates_close(model, "float32", got, want, start, tol)
+    largest = max(np.abs(w - p).max() for w, p in zip(want, start))
+    beta = model.PARAM_NAMES.index("stage4.block2.bn1.beta")
+    bias = model.BLOCKS[-1]["conv1"]["bias"]
+    step = got[beta] - start[beta]
+    for i, wrong, what in ((beta, start[beta], "stage4.block2.bn1.beta"),
+                           (beta, start[beta] + 2 * step, "stage4.block2.bn1.beta"),
+                           (bias, start[bias] + step, r"stage4.block2.conv1.bias's update \(zero")):
+        planted = list(got)
+        planted[i] = wrong
+        _close("the old comparison", planted[i], want[i], 5e-2, largest)
+        with pytest.raises(AssertionError, match=f"planted: {what}"):
+            _updates_close(model, "planted", planted, want, start, tol)
+
+
 # The 1F1B check (model_mode_1f1b_equals_gpipe) with its planted bugs
 # (tests/test_pipeline.py's PLANTED_1F1B) on a framework's stages: one framework is
 # enough (the loop is the same for all), the cheapest start-up of those whose gradient

@@ -25,6 +25,8 @@ class Scripted(Trainer):
         return np.asarray(handles, float)
 
     def logits(self, X):
+        if self.evaluated == len(self.accuracies):      # the loss after the last update
+            return np.zeros((len(X), 10))
         right = int(round(self.accuracies[self.evaluated] * len(X)))
         self.evaluated += 1
         labels = np.concatenate([self.y_test[:right], (self.y_test[right:len(X)] + 1) % 10])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from common.facts import data, registry
+from common.facts import registry
 from common import models
 from common.launch import netns
 from common.launch.launcher import free_port
@@ -26,33 +26,24 @@ from tests.link_faults import (  # noqa: F401
     test_the_links_state_names_a_link_down_and_one_throttled)
 from tests.conftest import (RUN_SHAPE, ROOT, covered, having, interrupt, lacking, planted_run,
                             subprocess_env)
-from tests.test_training import GLOROT_LOSS_ATOL, _agree, _lenet_glorot_config, _ok, _same_params
+from tests.test_training import (GLOROT, GLOROT_LOSS_ATOL, _agree, _glorot_oracle,
+                                 _lenet_glorot_config, _ok, _same_params, _same_update)
 
-STEPS = 3      # from Glorot weights: see GLOROT in tests/test_training.py (why 3, not more)
+STEPS = GLOROT["steps"]   # from Glorot weights: see GLOROT in tests/test_training.py (why 3)
 JOIN_TIMEOUT = 60        # seconds; each test's bound on a lost node
-
-
-_ONE = []
 
 
 # From Glorot weights, where every parameter's update moves the loss (from the chapter's
 # N(0, 0.01^2) weights only the output bias does in the first steps, and a node that
 # skipped part of the all-reduce could pass on the losses)
-INIT = "glorot"
+INIT = GLOROT["init"]
 
 
 def _one_process():
-    """The NumPy oracle on the full batches of the runs (once): its first STEPS losses
-    and the fingerprint of its final parameters."""
-    if not _ONE:
-        model, ds = models.get("lenet"), data.synthetic(0)
-        shape = RUN_SHAPE["lenet"]
-        order = data.batch_order(len(ds.X_train), shape["batch_size"], 0, 0)[:STEPS]
-        losses, params = models.sgd_steps(model, model.init_params(0, INIT),
-                                          [(ds.X_train[i], ds.y_train[i]) for i in order],
-                                          shape["lr"], state=model.init_state())
-        _ONE.append((losses, models.fingerprint(params)))
-    return _ONE[0]
+    """The NumPy oracle on the full batches of the runs (tests/test_training.py's, computed
+    once): its first STEPS losses and the fingerprint of its final parameters."""
+    oracle = _glorot_oracle()
+    return oracle["losses"], models.fingerprint(oracle["tensors"])
 
 
 # the nodes' own addresses and links where this machine can make them (root, ip, tc):
@@ -119,6 +110,7 @@ def _as_one_process(two):
     _agree(two["step_losses"], losses, "lenet", "(2 nodes vs 1 process, the oracle)",
            GLOROT_LOSS_ATOL[:STEPS])
     _same_params(two["param_fingerprint"], fingerprint, "2 nodes vs 1 process, the oracle")
+    _same_update(two, _glorot_oracle(), "lenet", "2 nodes vs 1 process, the oracle")
 
 
 def _rank_processes(node: int) -> list[int]:

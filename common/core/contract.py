@@ -128,9 +128,10 @@ class Trainer(ABC):
         """Overwrite every replica's parameters and state (used after the warm-up)."""
 
     def param_fingerprint(self) -> list[list[float]]:
-        """common.models.fingerprint of the first replica's parameters (every rank calls it
-        at the end of training: a trainer spread over processes gathers it)."""
-        return models_mod.fingerprint(self.replica_params()[0])
+        """common.models.fingerprint of the first replica's parameters, then of its model
+        state (every rank calls it at the end of training: a trainer spread over processes
+        gathers it)."""
+        return models_mod.fingerprint([*self.replica_params()[0], *self.replica_state()[0]])
 
     # False where a batch copied to every device gives the same numbers as one split over
     # them (one SPMD program over the global batch; a loss scaled by the replica count):

@@ -162,6 +162,14 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     out.update(trainer.figures())
     out["placement"] = trainer.placement()
     out["param_fingerprint"] = trainer.param_fingerprint()
+    # A loss after the last update (the step losses come before each one): the run's first
+    # batch at the final parameters, in evaluation mode (on the ranks that evaluate, as
+    # predict does); None where it is not finite (a diverged run)
+    first = orders[0][0] if orders and len(orders[0]) else None
+    final = (float(model.cross_entropy(np.asarray(trainer.logits(ds.X_train[first]), np.float64),
+                                       ds.y_train[first]).mean())
+             if evaluate and first is not None else None)
+    out["final_loss"] = final if final is not None and np.isfinite(final) else None
     if link:
         out["link_bytes"] = carried
     if spans is not None:            # with the trainer's own (all-reduce, pipeline stages)

@@ -476,15 +476,17 @@ class PipelineTrainer(Trainer):
     def param_fingerprint(self):
         if self.world == 1:
             return super().param_fingerprint()
-        # each rank holds its stages' parameters: their fingerprints, gathered (every
-        # rank's row is zero but for its own parameters)
-        n = len(self.params0)
-        mine = np.zeros((n, 2))
+        # each rank holds its stages' parameters and state: their fingerprints, gathered
+        # (every rank's row is zero but for its own tensors; the state's rows follow the
+        # parameters', as in the base class)
+        n, width = len(self.params0), 1 + models.FINGERPRINT_PARTS
+        mine = np.zeros((n + len(models.get(self.model).STATE_NAMES), width))
         for s, r in self.replicas.items():
-            params, _ = self.backend.read_stage(r)
-            own = self.stages[s].params
-            mine[list(own)] = models.fingerprint(params, own)
-        return self.backend.gather_floats(mine.ravel()).sum(axis=0).reshape(n, 2).tolist()
+            params, state = self.backend.read_stage(r)
+            own = [*self.stages[s].params, *(n + j for j in self.stages[s].state)]
+            mine[own] = models.fingerprint([*params, *state], own)
+        gathered = self.backend.gather_floats(mine.ravel()).sum(axis=0)
+        return gathered.reshape(len(mine), width).tolist()
 
     def replica_state(self):
         return [self._whole()[1]]

@@ -44,6 +44,14 @@ DEFAULT_INIT = "glorot"
 
 
 FINGERPRINT_SEED = 20261124
+# The projections a fingerprint keeps per tensor: one fixed random direction cut into
+# this many interleaved parts (element i in part i % FINGERPRINT_PARTS). A projection is
+# linear, so an update's (final minus initial) is the difference of two fingerprints'; and
+# the parts' projections of an update u have a summed square of about ||u||^2 whatever
+# where in the tensor u lies, so a tensor left frozen, or stepped twice as far, is off by
+# about its whole update (one projection alone is off by |N(0, 1)| of it: sometimes
+# nearly nothing).
+FINGERPRINT_PARTS = 8
 
 
 def param_bytes(name: str) -> int:
@@ -53,16 +61,18 @@ def param_bytes(name: str) -> int:
 
 
 def fingerprint(params, indices=None) -> list[list[float]]:
-    """Per parameter tensor, its L2 norm and its projection on a fixed random direction
-    (float64): what a run's record keeps of its final parameters, so that runs in other
-    processes (ranks, stages, nodes) can be compared parameter by parameter. `indices`:
-    the tensors' places in the model's parameter list (a pipeline stage's), which fix
-    their directions."""
+    """Per tensor, its L2 norm and its FINGERPRINT_PARTS projections on a fixed random
+    direction (float64): what a run's record keeps of its final parameters (and then its
+    model state), so that runs in other processes (ranks, stages, nodes) can be compared
+    tensor by tensor, their updates too. `indices`: the tensors' places in that list (a
+    pipeline stage's), which fix their directions."""
     out = []
     for i, p in zip(range(len(params)) if indices is None else indices, params):
         p = np.asarray(p, np.float64).ravel()
         direction = np.random.default_rng([FINGERPRINT_SEED, i]).standard_normal(p.size)
-        out.append([float(np.linalg.norm(p)), float(p @ direction)])
+        parts = np.bincount(np.arange(p.size) % FINGERPRINT_PARTS, weights=p * direction,
+                            minlength=FINGERPRINT_PARTS)
+        out.append([float(np.linalg.norm(p)), *map(float, parts)])
     return out
 
 

@@ -23,7 +23,8 @@ RECORD_KEYS = (
     # what it measured
     "warmup_sec", "compile_sec", "estimated_sec_per_epoch", "sec_per_epoch", "steps_per_epoch",
     "samples_per_sec", "eval_sec", "test_accuracy", "test_accuracy_per_epoch", "train_loss",
-    "step_losses", "param_fingerprint", "peak_memory_mb", "peak_memory_source", "diverged_step",
+    "step_losses", "param_fingerprint", "final_loss", "peak_memory_mb", "peak_memory_source",
+    "diverged_step",
     "last_finite_loss",
     "target_accuracy", "epochs_to_target", "sec_to_target",
     # FLOPs, utilisation and memory per device (common/results/utilisation.py): the model's
