@@ -562,8 +562,8 @@ ONE_F_ONE_B = {"loss": 1e-6, "params": 1e-5, "micro_batches": 4}
 def model_mode_1f1b_equals_gpipe(b, name):
     """2 stages, M = 4: the 1F1B step equals the GPipe step from the same weights and
     batches (step losses, every parameter); each stage ran its schedule's ops in order
-    (its spans: 1F1B's stage 0 F0 F1 B0 F2 B1 F3 B2 B3) and held at most min(k-s, M)
-    micro-batches' tapes at once (GPipe: all M), counted as the steps ran."""
+    (its spans: 1F1B's stage 0 F0 F1 B0 F2 B1 F3 B2 B3) and kept at most min(k-s, M)
+    micro-batches' tapes alive at once (GPipe: all M), watched as the steps ran."""
     from common.core.pipeline import in_flight_predicted, stage_ops
     model, M = models.get(name), ONE_F_ONE_B["micro_batches"]
     params = _nontrivial_params(model)
@@ -580,7 +580,8 @@ def model_mode_1f1b_equals_gpipe(b, name):
             assert ran == want, f"{schedule}: stage {s} ran {ran}, not {want}"
         want = [in_flight_predicted(schedule, k, s, M) for s in range(k)]
         assert figures["stage_peak_micro_batches"] == want, (
-            f"{schedule}: peak micro-batches held {figures['stage_peak_micro_batches']}, not {want}")
+            f"{schedule}: tapes alive at once peaked at {figures['stage_peak_micro_batches']}, "
+            f"not the formula's {want}")
     (one, gpipe), (two, ofob) = runs["gpipe"], runs["1f1b"]
     _close(f"M={M}: step losses, 1F1B vs GPipe", two, one, ONE_F_ONE_B["loss"])
     for pname, p, w in zip(model.PARAM_NAMES, ofob.replica_params()[0], gpipe.replica_params()[0]):
