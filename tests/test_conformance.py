@@ -149,3 +149,57 @@ def test_1f1b_check_fails_on_planted_bugs_in_a_framework(framework):
     assert results["none"] == "passed", results["none"]
     for plant, says in PLANTED_1F1B_FAILS.items():
         assert re.match(f"failed: (M=4: )?.*{says}", results[plant]), (plant, results[plant])
+
+
+# The same check on the send/recv path: stages in processes of their own (PyTorch and
+# Paddle on a CPU; tests/pipeline_ranks.py runs GPipe, 1F1B and 1F1B with planted bugs
+# in one start-up of the ranks), every parameter of the 1F1B run against the GPipe run's
+# (the worker's records carry fingerprints only). Measured (2 steps): step losses 0 to
+# 1.0e-7 apart, parameters 2.5e-9 to 6.9e-8 of a tensor's largest value, in both; with
+# the tapes taken as a stack, losses 1.0e-4 and every tensor 7.5e-5 (b4) to 2.3e-2 (W2),
+# W1 1.4e-3: ONE_F_ONE_B's bounds (1e-6, 1e-5) sit between.
+RANKED_STAGES = [f for f in covered() if registry.facts(f).native_processes
+                 and not registry.gap(f, "model")]
+
+
+def _rank_runs(framework, folder) -> tuple[dict, dict]:
+    """tests/pipeline_ranks.py's runs: per run the losses and peaks, and the parameters
+    of both ranks' stages ("RUN/INDEX" -> array)."""
+    proc = run_python(["-m", "tests.pipeline_ranks", framework, str(folder)], framework=framework)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    params = {}
+    for rank in (0, 1):
+        with np.load(folder / f"rank{rank}.npz") as saved:
+            params.update(saved)
+    return json.loads((folder / "runs.json").read_text()), params
+
+
+def _ranked_1f1b_equals_gpipe(runs, params, run):
+    """The 1F1B run `run` against the GPipe run, as model_mode_1f1b_equals_gpipe holds
+    them in one process: every parameter (first, so that a failure names the first tensor
+    that differs), the step losses and the tapes alive at once."""
+    from tests.conformance import ONE_F_ONE_B, _close
+    model, M = models.get("lenet"), ONE_F_ONE_B["micro_batches"]
+    assert runs["gpipe"]["peak"] == [M, M], runs["gpipe"]["peak"]
+    for i, pname in enumerate(model.PARAM_NAMES):
+        _close(f"M={M}: {pname}, 1F1B vs GPipe (a process per stage)", params[f"{run}/{i}"],
+               params[f"gpipe/{i}"], ONE_F_ONE_B["params"])
+    _close(f"M={M}: step losses, 1F1B vs GPipe (a process per stage)", runs[run]["losses"],
+           runs["gpipe"]["losses"], ONE_F_ONE_B["loss"])
+    assert runs[run]["peak"] == [2, 1], (
+        f"1f1b: tapes alive at once peaked at {runs[run]['peak']}, not the formula's [2, 1]")
+
+
+@pytest.mark.parametrize("framework", RANKED_STAGES)
+def test_1f1b_equals_gpipe_with_a_process_per_stage(framework, tmp_path):
+    """1F1B with a rank per stage equals GPipe with a rank per stage in every parameter;
+    it fails on a weight (not only on a bias grown from zero, as the comparison with one
+    device through fingerprints would) with 1F1B's tapes taken as a stack (stage 0's
+    backwards paired with another micro-batch's activations), and on the tapes alive at
+    once with every tape kept to the end of the step."""
+    runs, params = _rank_runs(framework, tmp_path)
+    _ranked_1f1b_equals_gpipe(runs, params, "1f1b")
+    with pytest.raises(AssertionError, match=r"M=4: W1, 1F1B vs GPipe \(a process per stage\)"):
+        _ranked_1f1b_equals_gpipe(runs, params, "1f1b, tape stack")
+    with pytest.raises(AssertionError, match=PLANTED_1F1B_FAILS["tapes kept"]):
+        _ranked_1f1b_equals_gpipe(runs, params, "1f1b, tapes kept")
