@@ -495,13 +495,13 @@ def _state_order(b, name, schedule) -> str:
 
 
 @check(needs="model")
-def model_mode_matches_oracle(b, name):
+def model_mode_matches_oracle(b, name, schedules=None):
     """2 stages on 2 devices, M micro-batches: the step losses, the parameters and the
     running statistics equal the oracle run micro-batch by micro-batch (gradients
     summed, BatchNorm over each micro-batch, the running statistics updated by every
     micro-batch in turn), with GPipe's schedule and, for ResNet-18, 1F1B's; for ResNet-18
     with M > 1 that differs from the oracle on the full batch, and the check shows by
-    how much."""
+    how much. `schedules`: these instead (a planted bug's run)."""
     model, tol = models.get(name), TOLERANCES[name]
     params = _nontrivial_params(model)
     batches = [_batch(ORACLE_BATCH[name], seed=s) for s in range(CHECK_STEPS[name])]
@@ -509,7 +509,8 @@ def model_mode_matches_oracle(b, name):
     assert modes.MODES["model"].processes(b.name, 2) == expected, (
         f"model mode on 2 devices should run {expected} process(es) for {b.name}")
     oracles = {}        # by M and the statistics' order: ResNet-18's float64 oracle is slow
-    for M, schedule in itertools.product(MODEL_MICRO_BATCHES[name], ORACLE_SCHEDULES[name]):
+    for M, schedule in itertools.product(MODEL_MICRO_BATCHES[name],
+                                         schedules or ORACLE_SCHEDULES[name]):
         trainer = _pipeline(b, name, params, M, schedule=schedule)
         assert [s.index for s in trainer.stages] == [0, 1], "two stages expected"
         order = _state_order(b, name, schedule)

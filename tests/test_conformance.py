@@ -117,13 +117,13 @@ FIRST_KEEPERS = [f for f in ("mxnet", "tensorflow", "jax") if f in covered()
 PLANTED_1F1B_RUN = """
 import json, sys
 from common.facts import registry
-from tests.conformance import model_mode_1f1b_equals_gpipe
+from tests.conformance import model_mode_1f1b_equals_gpipe, model_mode_matches_oracle
 from tests.test_pipeline import PLANTED_1F1B
 b = registry.get(sys.argv[1])
 b.setup(cpu_devices=2, threads=1)
-def outcome():
+def outcome(check=lambda: model_mode_1f1b_equals_gpipe(b, "lenet")):
     try:
-        model_mode_1f1b_equals_gpipe(b, "lenet")
+        check()
         return "passed"
     except AssertionError as e:
         return f"failed: {e}"
@@ -132,6 +132,12 @@ for name, plant in PLANTED_1F1B.items():
     undo = plant()
     results[name] = outcome()
     undo()
+# ResNet-18's 1F1B against the oracle per micro-batch (the check itself passed in this
+# framework's conformance run), with the tapes taken as a stack
+undo = PLANTED_1F1B["tape stack"]()
+results["resnet18 tape stack"] = outcome(lambda: model_mode_matches_oracle(
+    b, "resnet18", schedules=("1f1b",)))
+undo()
 print(json.dumps(results))
 """
 
@@ -142,13 +148,16 @@ def test_1f1b_check_fails_on_planted_bugs_in_a_framework(framework):
     that drops micro-batch M-1's backward, with `first` given at GPipe's first backward
     (1F1B's last) and with its tapes taken as a stack (a backward paired with another
     micro-batch's activations); on the tapes alive at once (the framework's tapes,
-    watched), with every tape kept to the end of the step."""
+    watched), with every tape kept to the end of the step. ResNet-18's 1F1B against the
+    oracle per micro-batch (model_mode_matches_oracle) fails with the tapes a stack."""
     proc = run_python(["-c", PLANTED_1F1B_RUN, framework], framework=framework)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     assert results["none"] == "passed", results["none"]
     for plant, says in PLANTED_1F1B_FAILS.items():
         assert re.match(f"failed: (M=4: )?.*{says}", results[plant]), (plant, results[plant])
+    assert re.match(r"failed: M=2, 1f1b: \S+ after 1 steps vs the oracle",
+                    results["resnet18 tape stack"]), results["resnet18 tape stack"]
 
 
 # The same check on the send/recv path: stages in processes of their own (PyTorch and
