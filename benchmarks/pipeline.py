@@ -6,7 +6,7 @@ micro-batches, GPipe's schedule and 1F1B's, and against model mode on 1 stage (M
 the whole model on one device, the same arithmetic as the pipeline's: the summed loss
 backpropagated, SGD scaled after). Per run: the step time, the measured bubble against
 (k-1)/(M+k-1), and per stage the micro-batches whose activations it held at once
-(counted; GPipe M, 1F1B min(k-s, M) by the formula) and their bytes (measured where
+(watched; GPipe M, 1F1B min(k-s, M) by the formula) and their bytes (measured where
 the framework tells what its tape keeps, else calculated). Each run is a worker
 process of its own (benchmarks.worker, as compare runs it), 2 epochs of a few steps on
 synthetic data, the second epoch timed (the first pays the kernels' warm-up of every

@@ -2,6 +2,7 @@
 model, each framework in a process of its own. A check whose capability the
 framework lists as a known gap shows as skipped with the gap's reason."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from common import models
 from common.facts import registry
 from tests.conformance import check_ids
 from tests.conftest import covered, run_python
+from tests.test_pipeline import PLANTED_1F1B_FAILS
 
 
 @pytest.mark.parametrize("check", check_ids(models.NAMES))
@@ -145,13 +147,13 @@ FIRST_KEEPERS = [f for f in ("mxnet", "tensorflow", "jax") if f in covered()
 PLANTED_1F1B_RUN = """
 import json, sys
 from common.facts import registry
-from tests.conformance import model_mode_1f1b_equals_gpipe
+from tests.conformance import model_mode_1f1b_equals_gpipe, model_mode_matches_oracle
 from tests.test_pipeline import PLANTED_1F1B
 b = registry.get(sys.argv[1])
 b.setup(cpu_devices=2, threads=1)
-def outcome():
+def outcome(check=lambda: model_mode_1f1b_equals_gpipe(b, "lenet")):
     try:
-        model_mode_1f1b_equals_gpipe(b, "lenet")
+        check()
         return "passed"
     except AssertionError as e:
         return f"failed: {e}"
@@ -160,6 +162,12 @@ for name, plant in PLANTED_1F1B.items():
     undo = plant()
     results[name] = outcome()
     undo()
+# ResNet-18's 1F1B against the oracle per micro-batch (the check itself passed in this
+# framework's conformance run), with the tapes taken as a stack
+undo = PLANTED_1F1B["tape stack"]()
+results["resnet18 tape stack"] = outcome(lambda: model_mode_matches_oracle(
+    b, "resnet18", schedules=("1f1b",)))
+undo()
 print(json.dumps(results))
 """
 
@@ -167,15 +175,19 @@ print(json.dumps(results))
 @pytest.mark.parametrize("framework", FIRST_KEEPERS)
 def test_1f1b_check_fails_on_planted_bugs_in_a_framework(framework):
     """The check holds on the framework's stages and fails, on the parameters, with a 1F1B
-    that drops micro-batch M-1's backward and with `first` given at GPipe's first
-    backward (1F1B's last)."""
+    that drops micro-batch M-1's backward, with `first` given at GPipe's first backward
+    (1F1B's last) and with its tapes taken as a stack (a backward paired with another
+    micro-batch's activations); on the tapes alive at once (the framework's tapes,
+    watched), with every tape kept to the end of the step. ResNet-18's 1F1B against the
+    oracle per micro-batch (model_mode_matches_oracle) fails with the tapes a stack."""
     proc = run_python(["-c", PLANTED_1F1B_RUN, framework], framework=framework)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     assert results["none"] == "passed", results["none"]
-    for plant in ("dropped backward", "first at GPipe's"):
-        assert results[plant].startswith("failed: M=4: ") and "1F1B vs GPipe" in results[plant], (
-            plant, results[plant])
+    for plant, says in PLANTED_1F1B_FAILS.items():
+        assert re.match(f"failed: (M=4: )?.*{says}", results[plant]), (plant, results[plant])
+    assert re.match(r"failed: M=2, 1f1b: .*after 1 steps vs the oracle",
+                    results["resnet18 tape stack"]), results["resnet18 tape stack"]
 
 
 # A batch copied to every device instead of split over them, where the numbers are the same
@@ -234,3 +246,58 @@ def test_native_check_fails_when_the_batch_is_copied_to_every_device(plant):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = proc.stdout.strip().splitlines()[-1]
     assert result.startswith(f"failed: native default: {message}"), result
+
+
+
+# The same check on the send/recv path: stages in processes of their own (PyTorch and
+# Paddle on a CPU; tests/pipeline_ranks.py runs GPipe, 1F1B and 1F1B with planted bugs
+# in one start-up of the ranks), every parameter of the 1F1B run against the GPipe run's
+# (the worker's records carry fingerprints only). Measured (2 steps): step losses 0 to
+# 1.0e-7 apart, parameters 2.5e-9 to 6.9e-8 of a tensor's largest value, in both; with
+# the tapes taken as a stack, losses 1.0e-4 and every tensor 7.5e-5 (b4) to 2.3e-2 (W2),
+# W1 1.4e-3: ONE_F_ONE_B's bounds (1e-6, 1e-5) sit between.
+RANKED_STAGES = [f for f in covered() if registry.facts(f).native_processes
+                 and not registry.gap(f, "model")]
+
+
+def _rank_runs(framework, folder) -> tuple[dict, dict]:
+    """tests/pipeline_ranks.py's runs: per run the losses and peaks, and the parameters
+    of both ranks' stages ("RUN/INDEX" -> array)."""
+    proc = run_python(["-m", "tests.pipeline_ranks", framework, str(folder)], framework=framework)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    params = {}
+    for rank in (0, 1):
+        with np.load(folder / f"rank{rank}.npz") as saved:
+            params.update(saved)
+    return json.loads((folder / "runs.json").read_text()), params
+
+
+def _ranked_1f1b_equals_gpipe(runs, params, run):
+    """The 1F1B run `run` against the GPipe run, as model_mode_1f1b_equals_gpipe holds
+    them in one process: every parameter (first, so that a failure names the first tensor
+    that differs), the step losses and the tapes alive at once."""
+    from tests.conformance import ONE_F_ONE_B, _close
+    model, M = models.get("lenet"), ONE_F_ONE_B["micro_batches"]
+    assert runs["gpipe"]["peak"] == [M, M], runs["gpipe"]["peak"]
+    for i, pname in enumerate(model.PARAM_NAMES):
+        _close(f"M={M}: {pname}, 1F1B vs GPipe (a process per stage)", params[f"{run}/{i}"],
+               params[f"gpipe/{i}"], ONE_F_ONE_B["params"])
+    _close(f"M={M}: step losses, 1F1B vs GPipe (a process per stage)", runs[run]["losses"],
+           runs["gpipe"]["losses"], ONE_F_ONE_B["loss"])
+    assert runs[run]["peak"] == [2, 1], (
+        f"1f1b: tapes alive at once peaked at {runs[run]['peak']}, not the formula's [2, 1]")
+
+
+@pytest.mark.parametrize("framework", RANKED_STAGES)
+def test_1f1b_equals_gpipe_with_a_process_per_stage(framework, tmp_path):
+    """1F1B with a rank per stage equals GPipe with a rank per stage in every parameter;
+    it fails on a weight (not only on a bias grown from zero, as the comparison with one
+    device through fingerprints would) with 1F1B's tapes taken as a stack (stage 0's
+    backwards paired with another micro-batch's activations), and on the tapes alive at
+    once with every tape kept to the end of the step."""
+    runs, params = _rank_runs(framework, tmp_path)
+    _ranked_1f1b_equals_gpipe(runs, params, "1f1b")
+    with pytest.raises(AssertionError, match=r"M=4: W1, 1F1B vs GPipe \(a process per stage\)"):
+        _ranked_1f1b_equals_gpipe(runs, params, "1f1b, tape stack")
+    with pytest.raises(AssertionError, match=PLANTED_1F1B_FAILS["tapes kept"]):
+        _ranked_1f1b_equals_gpipe(runs, params, "1f1b, tapes kept")

@@ -1,5 +1,5 @@
 """Model mode's parts that need no framework: the stage cuts, GPipe's figures, the
-schedules (GPipe, 1F1B) and the loop run on a NumPy toy backend (tapes counted, spans,
+schedules (GPipe, 1F1B) and the loop run on a NumPy toy backend (tapes watched, spans,
 the 1F1B check and its planted bugs), the record, the command line and the report."""
 import itertools
 import json
@@ -315,7 +315,7 @@ def _images(n, seed=0):
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_the_loop_counts_tapes_and_keeps_the_last_steps_spans(schedule):
     """ResNet-18's cut into 4 stages, M = 8 (uneven micro-batches of a batch of 30): each
-    stage's tapes held at once, counted as the steps run, equal the formula, and their
+    stage's tapes alive at once, watched as the steps run, equal the formula, and their
     bytes are the calculation's for the micro-batches held (the largest first); the
     spans are the last step's only, each stage's forwards and backwards in its
     schedule's order, with their hand-overs and SGD; the record's copy is compact JSON."""
@@ -353,7 +353,8 @@ def test_the_loop_counts_tapes_and_keeps_the_last_steps_spans(schedule):
 
 # Planted bugs for the 1F1B check (conformance's model_mode_1f1b_equals_gpipe), each a
 # function that plants it in this process and returns what undoes it: here on the toy
-# backend, in tests/test_conformance.py on a framework's.
+# backend, in tests/test_conformance.py on a framework's (stages in one process, and in
+# a process each: tests/pipeline_ranks.py).
 def plant_dropped_backward():
     """A 1F1B whose stages never run micro-batch M-1's backward."""
     ops = pipeline.stage_ops
@@ -362,29 +363,81 @@ def plant_dropped_backward():
     return lambda: setattr(pipeline, "stage_ops", ops)
 
 
-def plant_first_at_gpipes():
-    """1F1B telling stage_backward that its first backward is GPipe's, micro-batch M-1
-    (1F1B's last), where the gradient sums start from zero."""
+def _plant_in_1f1b_steps(calls):
+    """Replace backend calls in 1F1B's steps (GPipe's run as they are): calls(trainer)
+    returns {name: function} for one step, made afresh each step. Returns the undo."""
     step = pipeline.PipelineTrainer.step
 
     def planted(self, X, y):
         if self.schedule == "gpipe":
             return step(self, X, y)
-        backward, calls = self.backend.stage_backward, {}
-
-        def at_gpipes_first(replica, tape, grad, first):
-            n = calls[id(replica)] = calls.get(id(replica), -1) + 1
-            return backward(replica, tape, grad, n == self.M - 1)
-        self.backend.stage_backward = at_gpipes_first
+        replaced = calls(self)
+        for name, fn in replaced.items():
+            setattr(self.backend, name, fn)
         try:
             return step(self, X, y)
         finally:
-            del self.backend.stage_backward
+            for name in replaced:
+                delattr(self.backend, name)
     pipeline.PipelineTrainer.step = planted
     return lambda: setattr(pipeline.PipelineTrainer, "step", step)
 
 
-PLANTED_1F1B = {"dropped backward": plant_dropped_backward, "first at GPipe's": plant_first_at_gpipes}
+def plant_first_at_gpipes():
+    """1F1B telling stage_backward that its first backward is GPipe's, micro-batch M-1
+    (1F1B's last), where the gradient sums start from zero."""
+    def calls(trainer):
+        backward, seen = trainer.backend.stage_backward, {}
+
+        def at_gpipes_first(replica, tape, grad, first):
+            n = seen[id(replica)] = seen.get(id(replica), -1) + 1
+            return backward(replica, tape, grad, n == trainer.M - 1)
+        return {"stage_backward": at_gpipes_first}
+    return _plant_in_1f1b_steps(calls)
+
+
+def plant_tapes_kept():
+    """1F1B keeping every micro-batch's tape alive to the end of the step (each tape a
+    backward took, held in a list the step drops at its end): GPipe's memory."""
+    def calls(trainer):
+        backward, kept = trainer.backend.stage_backward, []
+
+        def keeping(replica, tape, grad, first):
+            kept.append(tape)
+            return backward(replica, tape, grad, first)
+        return {"stage_backward": keeping}
+    return _plant_in_1f1b_steps(calls)
+
+
+def plant_tape_stack():
+    """1F1B's backwards each taking their stage's last tape made (a stack, right for
+    GPipe's backwards in reverse) instead of their own micro-batch's: a gradient paired
+    with another micro-batch's activations (stage 0 of 2; stage 1's F0 B0 F1 B1 pair
+    right)."""
+    def calls(trainer):
+        b = trainer.backend
+        forward, backward, stacks = b.stage_forward, b.stage_backward, {}
+
+        def pushing(replica, X, y=None, training=True):
+            out, tape = forward(replica, X, y, training)
+            if training:
+                stacks.setdefault(id(replica), []).append(tape)
+            return out, tape
+
+        def popping(replica, tape, grad, first):
+            return backward(replica, stacks[id(replica)].pop(), grad, first)
+        return {"stage_forward": pushing, "stage_backward": popping}
+    return _plant_in_1f1b_steps(calls)
+
+
+PLANTED_1F1B = {"dropped backward": plant_dropped_backward,
+                "first at GPipe's": plant_first_at_gpipes, "tapes kept": plant_tapes_kept,
+                "tape stack": plant_tape_stack}
+# what the check says when it fails on each (a regular expression)
+PLANTED_1F1B_FAILS = {"dropped backward": "1F1B vs GPipe", "first at GPipe's": "1F1B vs GPipe",
+                      "tapes kept": r"1f1b: tapes alive at once peaked at \[4, 4\], not the "
+                                    r"formula's \[2, 1\]",
+                      "tape stack": "1F1B vs GPipe"}
 
 
 @pytest.mark.parametrize("plant", PLANTED_1F1B)
@@ -396,7 +449,7 @@ def test_1f1b_check_holds_and_fails_on_planted_bugs(plant):
     model_mode_1f1b_equals_gpipe(Toy(), "lenet")
     undo = PLANTED_1F1B[plant]()
     try:
-        with pytest.raises(AssertionError, match="1F1B vs GPipe"):
+        with pytest.raises(AssertionError, match=PLANTED_1F1B_FAILS[plant]):
             model_mode_1f1b_equals_gpipe(Toy(), "lenet")
     finally:
         undo()

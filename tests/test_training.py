@@ -546,7 +546,7 @@ def test_model_mode_1f1b_with_a_process_per_stage(worker_record, framework):
     """1F1B through the worker, each rank running its own stage's ops (a recv waits, a
     send does not; the stages' in-process order is held to GPipe's in
     tests/conformance.py): LeNet, M = 4, the same step losses and final parameters as
-    native x1; each stage held min(k-s, M) micro-batches' tapes at once (2, 1), counted;
+    native x1; each stage kept min(k-s, M) micro-batches' tapes alive at once (2, 1), watched;
     rank 0's record carries both ranks' spans of the last step, each stage's forwards and
     backwards in 1F1B's order."""
     from common.core.pipeline import stage_ops

@@ -440,7 +440,8 @@ class Backend(ABC):
                       training: bool = True) -> tuple[Any, Any]:
         """The stage's units on its device (X there already). Training: returns (what is
         handed to the next stage, detached from this stage's graph, and a tape for
-        stage_backward); with labels y (the last stage) the first is the summed loss.
+        stage_backward: a tuple, or an object a weak reference can take, since the loop
+        watches each tape's life); with labels y (the last stage) the first is the summed loss.
         Evaluation: (the output, None), nothing recorded."""
         raise NotApplicable(f"{self.name} has no pipeline stages yet")
 

@@ -31,12 +31,14 @@ around each), the hand-over time and the step's wall time give the measured bubb
 the idle share 1 - sum(busy) / (k x wall), against (k-1)/(M+k-1), both schedules'
 for equal stages run at once. In one process the stages run one after another, so
 the measured bubble there is near (k-1)/k whatever M or schedule. Each of those
-clocked intervals is also kept as a span (trainer.spans: the last step's), and the
-tapes a stage holds are counted as the step runs (its peak in-flight micro-batches
-and their activation bytes)."""
+clocked intervals is also kept as a span (trainer.spans: the last step's). Each tape
+is watched through a weak reference: a stage's peak in-flight micro-batches (and
+their activation bytes) are the most of its tapes still alive at once, referenced by
+whatever holds them (the loop, the backend, a leak), not a count the loop keeps."""
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -214,6 +216,17 @@ def check_rendezvous(lists: Sequence[Sequence[tuple[int, str, int]]]) -> None:
                 for s in range(k) if pos[s] < len(lists[s])))
 
 
+class Tape(list):
+    """A tape that the backend gave as a tuple, as a list: a weak reference can watch a
+    list subclass (a tuple cannot be watched), and it unpacks as the tuple did."""
+
+
+def watchable(tape):
+    """The tape as the loop keeps it: a tuple made a Tape, anything else as it is (it
+    must take a weak reference: JAX's vjp function does)."""
+    return Tape(tape) if type(tape) is tuple else tape
+
+
 def bytes_between_stages(stage_list: Sequence[Stage], batch: int) -> list[int]:
     """Bytes sent across each stage boundary per step: the activations forward and
     their gradients back, float32, for the whole batch (all micro-batches)."""
@@ -317,11 +330,13 @@ class PipelineTrainer(Trainer):
         self.batch, self.bounds, self.steps = None, None, 0
         self.tape_bytes: dict[tuple[int, int], int] = {}     # (stage, rows) -> one tape's bytes
         self.tape_bytes_by = None                            # measured by what (None: calculated)
+        # per local stage, a weak reference to each tape made and its bytes
+        self.watched: dict[int, list] = {s: [] for s in self.local}
         self._reset_figures()
 
     def _reset_figures(self) -> None:
         self.timings: list[list[float]] = []    # per step: wall, hand-over, busy per local stage
-        # per local stage, the most tapes (micro-batches) and tape bytes held at once
+        # per local stage, the most tapes (micro-batches) and tape bytes alive at once
         self.peak_tapes = dict.fromkeys(self.local, 0)
         self.peak_bytes = dict.fromkeys(self.local, 0)
         self.spans: list[dict] = []
@@ -357,21 +372,31 @@ class PipelineTrainer(Trainer):
         bytes measured where the backend can (else calculated)."""
         b = self.backend
         if (s, rows) in self.tape_bytes:
-            return b.stage_forward(r, x, labels)
-        result, nbytes = b.measure_tape(r, lambda: b.stage_forward(r, x, labels))
+            out, tape = b.stage_forward(r, x, labels)
+            return out, watchable(tape)
+        (out, tape), nbytes = b.measure_tape(r, lambda: b.stage_forward(r, x, labels))
         if nbytes is None:
             nbytes = activation_bytes_calculated(self.model, self.stages[s], rows)
         else:
             self.tape_bytes_by = b.tape_bytes_by
         self.tape_bytes[s, rows] = nbytes
-        return result
+        return out, watchable(tape)
+
+    def _watch(self, s: int, tape, nbytes: int) -> None:
+        """Watch stage s's new tape and take the stage's peak of its tapes alive at once
+        (this one and those still referenced) and of their bytes. Only a forward adds a
+        tape, so the peak is reached at one."""
+        alive = [(ref, n) for ref, n in self.watched[s] if ref() is not None]
+        alive.append((weakref.ref(tape), nbytes))
+        self.watched[s] = alive
+        self.peak_tapes[s] = max(self.peak_tapes[s], len(alive))
+        self.peak_bytes[s] = max(self.peak_bytes[s], sum(n for _, n in alive))
 
     def step(self, X, y):
         b, last = self.backend, self.last
         bounds = shard_bounds(len(X), self.M)
         self.batch, self.bounds = len(X), bounds
-        busy, hand, tapes, losses = dict.fromkeys(self.local, 0.0), 0.0, {}, []
-        held, held_bytes, started = dict.fromkeys(self.local, 0), dict.fromkeys(self.local, 0), set()
+        busy, hand, tapes, losses, started = dict.fromkeys(self.local, 0.0), 0.0, {}, [], set()
         self.spans = []                         # the last step's only: memory stays bounded
         self.step_start = start = self._clock()
         inputs, outs = {}, {}       # received and to be sent, by (stage, kind, m)
@@ -398,10 +423,7 @@ class PipelineTrainer(Trainer):
                 t1 = self._clock()
                 busy[s] += t1 - t
                 self._span(s, "F", t, t1, m)
-                held[s] += 1
-                held_bytes[s] += self.tape_bytes[s, hi - lo]
-                self.peak_tapes[s] = max(self.peak_tapes[s], held[s])
-                self.peak_bytes[s] = max(self.peak_bytes[s], held_bytes[s])
+                self._watch(s, tapes[s, m], self.tape_bytes[s, hi - lo])
                 if s == last:
                     losses.append(out)
                 else:
@@ -416,8 +438,6 @@ class PipelineTrainer(Trainer):
                 started.add(s)
                 busy[s] += t1 - t
                 self._span(s, "B", t, t1, m)
-                held[s] -= 1
-                held_bytes[s] -= self.tape_bytes[s, hi - lo]
                 if s > 0:
                     outs[s, "grad", m] = g_in
         for s in self.local:                                  # one SGD step on the summed gradients
@@ -497,7 +517,7 @@ class PipelineTrainer(Trainer):
         self._reset_figures()
 
     def _memory(self) -> dict:
-        """Per local stage: the most tapes held at once (counted) and their bytes, and the
+        """Per local stage: the most tapes alive at once (watched) and their bytes, and the
         formulas' figures for the last step's micro-batches."""
         k, rows = len(self.stages), [hi - lo for lo, hi in self.bounds or []]
         out = {}

@@ -273,7 +273,7 @@ def pipeline_definitions(rows: list[dict]) -> list[str]:
              "share, 1 - sum(stage s) / (stages x step s); formula bubble: (k-1)/(M+k-1), what "
              "equal stages running at once would leave idle, with either schedule. held "
              "(formula): per stage, the most micro-batches whose activations (autograd tapes) "
-             "it held at once, counted as the steps ran, and the formula's (gpipe M, 1f1b "
+             "it kept alive at once, watched as the steps ran, and the formula's (gpipe M, 1f1b "
              "min(k-s, M)). act. MB: those tapes' bytes at that peak, per stage, measured from "
              "what the framework's tape saves (PyTorch, Paddle: saved-tensor hooks; JAX: the "
              "vjp's residuals) or, marked calc., a calculation from the stage's input and its "

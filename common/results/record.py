@@ -35,7 +35,7 @@ RECORD_KEYS = (
     "peak_memory_mb_per_device", "peak_memory_per_device_source",
     # model mode (the pipeline, common/core/pipeline.py); None in the other modes but
     # micro_batches and schedule. bubble_gpipe: (k-1)/(M+k-1), both schedules' formula;
-    # per stage, the most micro-batches whose activations it held at once (counted) and
+    # per stage, the most micro-batches whose activations it kept alive at once (watched) and
     # their bytes, with the formulas' figures; the last step's spans (compact)
     "micro_batches", "schedule", "stages", "stage_devices", "stage_sec", "handover_sec",
     "bytes_between_stages", "bubble", "bubble_gpipe",
