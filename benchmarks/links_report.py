@@ -98,8 +98,8 @@ def load(out: Path) -> dict:
         for folder in base.glob("n2-*"):
             for r in _records(folder):
                 data["records"].append(r)
-                rows.append(Row(model, r["framework"], (r.get("link") or {}).get("rate") or folder.name[3:], 2,
-                                _placement(r), r))
+                rate = (r.get("link") or {}).get("rate") or folder.name[3:]
+                rows.append(Row(model, r["framework"], rate, 2, _placement(r), r))
         data["models"][model] = {"compute": compute, "probes": probes, "rows": rows,
                                  "batch": _node_batch(rows)}
     for folder in sorted((out / "ps").glob("n*-*")) if (out / "ps").is_dir() else []:
@@ -158,25 +158,27 @@ def _pct(x: float | None) -> str:
 
 def lesson_table(model: str, m: dict) -> list[str]:
     p = models.param_bytes(model)
-    out = [f"| engine | link | t1 ms | t2 ms (probe) | step ms | exposed ms | hidden % of t2 "
+    out = [f"| engine | link | t1 ms | t2 ms (probe) | step ms | exposed ms | hidden ms (% of t2) "
            f"| sent MB/step node 0, 1 | ring formula MB | t1 / t2 | batch for t1 >= {RULE} t2 |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in sorted(m["rows"], key=lambda r: (r.framework, _rate_key(r.rate))):
         if not row.ok:
+            error = (row.record.get("error") or "").splitlines()
             out.append(f"| {row.framework} | {row.rate} | {row.record['status']}: "
-                       f"{(row.record.get('error') or '').splitlines()[0][:120] if row.record.get('error') else ''} "
-                       "| | | | | | | | |")
+                       f"{error[0][:120] if error else ''} | | | | | | | | |")
             continue
         t1 = dict(m["compute"].get(row.framework, [])).get(m["batch"])
         t2 = probe_sec(m["probes"].get(row.rate))
         exposed = row.step - t1 if t1 else None
-        hidden = (t1 + t2 - row.step) / t2 if t1 and t2 else None
+        hidden = t1 + t2 - row.step if t1 and t2 else None
         sent = row.sent()
         fit = Compute(m["compute"].get(row.framework, []))
         rule = rule_batch(fit, t2) if t2 and len(fit.points) >= 2 else None
         out.append(" | ".join([
             f"| {row.framework}", row.rate, _ms(t1), _ms(t2), _ms(row.step), _ms(exposed),
-            "-" if hidden is None else f"{100 * hidden:.0f}",
+            # a share only where t2 is a fair part of the step (else a share of noise)
+            "-" if hidden is None else _ms(hidden) + (
+                f" ({100 * hidden / t2:.0f} %)" if t2 >= 0.2 * row.step else ""),
             "-" if not sent else ", ".join(f"{s / MB:.2f}" for s in sent),
             f"{ring_bytes(p, 2) / MB:.2f}", "-" if not (t1 and t2) else f"{t1 / t2:.2f}",
             f"{rule if rule else '> 65536'} |"]))
@@ -188,7 +190,8 @@ def ps_table(data: dict) -> list[str]:
     out = ["| nodes | engine | servers | link | step ms | sent MB/step (each node) | busiest "
            "link formula MB | probe t2 ms (ring) |", "|---|---|---|---|---|---|---|---|"]
     for row in sorted(data["ps"], key=lambda r: (r.nodes, r.placement or "", r.framework)):
-        servers = {None: "- (ring)", "per-node": "one per node", "one": "one (node 0)"}[row.placement]
+        servers = {None: "- (ring)", "per-node": "one per node",
+                   "one": "one (node 0)"}[row.placement]
         if not row.ok:
             out.append(f"| {row.nodes} | {row.framework} | {servers} | {row.rate} | "
                        f"{row.record['status']} | | | |")
@@ -256,7 +259,8 @@ def predictions(data: dict, fit_rate: str) -> list[dict]:
 
 
 def prediction_table(preds: list[dict]) -> list[str]:
-    out = ["| model | engine | servers | nodes | link | measured step ms | predicted ms (t1 + o + t2) "
+    out = ["| model | engine | servers | nodes | link | measured step ms "
+           "| predicted ms (t1 + o + t2) "
            "| error | t2 = 0 error | t1 error | t2 error (probe) | t2 share of step |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in preds:
@@ -355,8 +359,10 @@ def write_page(out: Path, fit_rate: str) -> int:
     lines += ["Measured: t1 (one device, one core, the compute runs at the node runs' batch), "
               "t2 (the link probe: torch's gloo ring all-reduce of P, nothing beside it), step "
               "(sec per timed epoch / steps), sent (each node's link counters over the timed "
-              "steps). Calculated: exposed = step - t1; hidden = (t1 + t2 - step) / t2, negative "
-              "where the engine's own communication costs more than the probe's; the formulas; "
+              "steps). Calculated: exposed = step - t1; hidden = t1 + t2 - step (its share of t2 "
+              "where t2 is at least a fifth of the step), negative where the engine's step "
+              "costs more than compute and the probe's all-reduce (its own communication, the "
+              "two nodes' contention for the machine); the formulas; "
               f"the batch for t1 >= {RULE} t2 from t1 fitted as a + c x b; every prediction.", ""]
     (out / "links.md").write_text("\n".join(lines))
     print(f"written: {out / 'links.md'}")

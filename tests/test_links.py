@@ -137,3 +137,22 @@ def test_the_page_says_what_was_measured_and_calculated(tmp_path):
     # the table's t1 is the compute run at the node runs' batch (128 per device): 74 ms
     row = next(line for line in page.splitlines() if line.startswith("| pytorch | 10mbit |"))
     assert row.split(" | ")[2] == "74.0"
+
+
+COMMITTED = ROOT / "docs" / "results" / "links"
+PAGE = ROOT / "docs" / "results" / "cpu-2core-links.md"
+
+
+@pytest.mark.skipif(not COMMITTED.is_dir(), reason="no committed links records")
+def test_the_committed_page_is_its_records(tmp_path):
+    """Every table row of docs/results/cpu-2core-links.md is what the committed records
+    give (the page rebuilt from a copy of them): no figure edited by hand, none stale."""
+    import shutil
+    shutil.copytree(COMMITTED, tmp_path / "links")
+    assert links_report.write_page(tmp_path / "links", "100mbit") == 0
+    rebuilt = (tmp_path / "links" / "links.md").read_text().splitlines()
+    page = PAGE.read_text().splitlines()
+    rows = [line for line in rebuilt if line.startswith("| ")]
+    assert len(rows) > 20
+    missing = [line for line in rows if line not in page]
+    assert not missing, missing[:3]

@@ -149,8 +149,9 @@ class Network:
             bits = (float(shaped.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[shaped.group(2)]
                     if shaped else None)
             if bits != rate_bits(self.rate):
-                notes.append(f"node {n}'s link {LINK_IF} is shaped to "
-                             f"{f'{bits:g} bit/s' if bits else 'no rate'}, not the run's {self.rate}")
+                shaped_to = f"{bits:g} bit/s" if bits else "no rate"
+                notes.append(f"node {n}'s link {LINK_IF} is shaped to {shaped_to}, "
+                             f"not the run's {self.rate}")
         return "; ".join(notes) or f"every link is up at the run's {self.rate}"
 
     def link(self) -> dict:
