@@ -21,6 +21,7 @@ from common.launch import netns
 from common.launch.launcher import free_port
 from tests.conformance import placement_is
 # run in this file's worker (see its docstring)
+from tests.link_faults import _ours
 from tests.link_faults import (  # noqa: F401
     test_a_cut_and_a_throttled_link_end_their_runs_in_bound_naming_the_link,
     test_the_links_state_names_a_link_down_and_one_throttled)
@@ -168,8 +169,10 @@ def _options(fields: dict) -> list[str]:
 
 
 def _its_namespaces() -> list[str]:
-    """The emulated network of the one run under way (with its nodes' ranks running)."""
-    return netns._namespaces() if EMULATED else []
+    """The emulated network of the one run under way (with its nodes' ranks running): the
+    namespaces this test's processes own (a test in the other pytest worker may have its
+    own at the same time)."""
+    return [ns for ns in netns._namespaces() if _ours(ns, os.getpid())] if EMULATED else []
 
 
 def test_a_node_that_never_joins_fails_after_the_join_timeout(tmp_path):
