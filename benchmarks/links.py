@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ from pathlib import Path
 from common import models
 from common.facts import registry
 from common.launch import netns
+from common.launch.launcher import thread_env
 
 from .cli import Parser, UsageError, int_list, names, positive, run_command
 
@@ -103,7 +105,7 @@ def probe(out: Path, nodes: int, rate: str, nbytes: int, timeout: float = 600) -
         procs = [subprocess.Popen(net.wrap(n, [
             sys.executable, "-m", "benchmarks.link_probe", str(n), str(nodes), net.address(0),
             str(netns.PORT), str(nbytes), str(PROBE_REPEATS), str(out)]), cwd=ROOT,
-            env={**_env(), "GLOO_SOCKET_IFNAME": PROBE_IFNAME}, stdout=subprocess.PIPE,
+            env={**os.environ, **thread_env(1), "GLOO_SOCKET_IFNAME": PROBE_IFNAME}, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True) for n in range(nodes)]
         try:
             logs = [p.communicate(timeout=max(1.0, timeout - (time.monotonic() - started)))[0]
@@ -115,11 +117,6 @@ def probe(out: Path, nodes: int, rate: str, nbytes: int, timeout: float = 600) -
     if any(p.returncode for p in procs) or not out.is_file():
         out.write_text(json.dumps({"error": "\n".join(logs)[-2000:]}))
     print(f"probe {nodes} nodes {rate}: {out}", flush=True)
-
-
-def _env() -> dict:
-    import os
-    return {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def run(args, out: Path) -> int:
@@ -161,7 +158,7 @@ def resolve(args) -> None:
     """Bad options (UsageError) before anything runs or is written."""
     names(args.framework, ENGINES, "framework")
     names(args.model, models.NAMES, "model")
-    netns.rate_bits(args.fit_rate) if args.fit_rate != netns.UNSHAPED else None
+    netns.rate_bits(args.fit_rate)        # ValueError: not a rate
     why = netns.unavailable()
     if why:
         raise UsageError(why)
