@@ -206,6 +206,113 @@ def test_ctrl_c_stops_every_process_of_every_node(tmp_path):
     assert bool(links) == EMULATED and not set(links) & set(netns._namespaces()), links
 
 
+# A rank whose launcher is gone before the rank has tied itself to it (d755289: a Ctrl-C'd
+# run's launcher ended while its ranks were still importing, and they trained on). This
+# process forks the rank and exits; the fork execs the rank only once it is orphaned, so
+# the parent is gone before the rank runs a line, every time (no race left to chance).
+# It prints the rank's pid; the rank's output goes to the test's pipes. (Orphans go to pid
+# 1 here; under a subreaper, pid 1 for orphans no longer holds, and the guard's
+# `parent == 1` cannot see a parent gone before the rank started: this test then fails.)
+ORPHAN = """
+import os, sys, time
+parent = os.getpid()
+rank = os.fork()
+if rank == 0:
+    while os.getppid() == parent:
+        time.sleep(0.001)
+    os.environ["DL_COMPARE_TEST_PARENT"] = str(parent)
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+print(rank)
+"""
+
+# The race's other half: the parent alive when the rank reads its pid, gone when
+# PR_SET_PDEATHSIG is set. The rank's first os.getppid() answers the parent it had (a
+# sitecustomize module in the rank alone), the later ones the truth.
+PARENT_READ_ALIVE = """
+import os
+if "DL_COMPARE_TEST_PARENT" in os.environ:
+    _getppid, _first = os.getppid, [int(os.environ["DL_COMPARE_TEST_PARENT"])]
+    os.getppid = lambda: _first.pop() if _first else _getppid()
+"""
+
+# The guard weakened, as source edits of rank.py (each must apply): the orphan check
+# without one half, or the guard as it was before d755289 (PR_SET_PDEATHSIG alone, after
+# the imports, which a parent gone already never fires)
+GUARD = "    if parent == 1 or os.getppid() != parent:     # orphaned before the signal was set\n"
+EARLY = 'if __name__ == "__main__":\n    die_with_parent()\n'
+MAIN = "def main(argv: list[str]) -> int:\n"
+WEAKENED = {
+    "no parent == 1": [(GUARD, GUARD.replace("parent == 1 or ", ""))],
+    "no second os.getppid()": [(GUARD, GUARD.replace(" or os.getppid() != parent", ""))],
+    "before d755289": [(GUARD, "    if False:\n"), (EARLY, ""), (MAIN, MAIN + "    die_with_parent()\n")],
+}
+
+
+def _orphaned_rank(folder: Path, script: Path, parent_read_alive: bool) -> tuple:
+    """(the process that started it, the pid of the rank) of a rank (`script`, a worker with
+    a real configuration) started under a parent that is already gone."""
+    (folder / "site").mkdir()
+    if parent_read_alive:
+        (folder / "site" / "sitecustomize.py").write_text(PARENT_READ_ALIVE)
+    cfg = {"framework": covered()[0], "mode": "native", "devices": 1, "dataset": "synthetic",
+           "epochs": 1, "steps_per_epoch": 1}
+    (folder / "out").mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", ORPHAN, str(script), json.dumps(cfg),
+                             str(folder / "out"), "worker"], cwd=ROOT, text=True,
+                            env=subprocess_env(extra_path=str(folder / "site")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return proc, int(proc.stdout.readline())
+
+
+def _ran_past_its_guard(folder: Path, proc: subprocess.Popen, rank: int) -> str:
+    """What the orphaned rank did past its guard ("" for nothing): its output and the files
+    it wrote, once it has ended (its pipes closed and its process gone; 120 s at most)."""
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.kill(rank, signal.SIGKILL)
+        raise
+    deadline = time.monotonic() + 10         # the pipes close as it exits; then it is reaped
+    while _alive(rank) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(rank), f"the rank {rank} closed its output but lives on"
+    return (out + err + " ".join(p.name for p in (folder / "out").iterdir())).strip()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(") ")[2][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_rank_whose_launcher_is_already_gone_ends_before_it_trains(tmp_path):
+    """The rank, started with its parent gone (read as gone, or read alive and gone when
+    the signal is set), ends at once: no line of it past the guard, no file. Planted: the
+    guard without either half of its orphan check, and the guard before d755289, each go
+    on past it (to the rank's first error here: it has no launcher's rank)."""
+    script = ROOT / "common" / "launch" / "rank.py"
+    runs = {(name, alive): tmp_path / f"run{i}" for i, (name, alive) in enumerate([("as is", False), ("as is", True), ("no parent == 1", False),
+                                ("no second os.getppid()", True), ("before d755289", False)])}
+    procs = {}
+    for (name, alive), folder in runs.items():       # all at once: each a Python start-up
+        folder.mkdir()
+        if name != "as is":
+            source = script.read_text()
+            for old, new in WEAKENED[name]:
+                assert source.count(old) == 1, f"the plant {name!r} no longer applies: {old!r}"
+                source = source.replace(old, new)
+            (folder / "rank.py").write_text(source)
+        procs[name, alive] = _orphaned_rank(folder, folder / "rank.py" if name != "as is" else script,
+                                            alive)
+    did = {key: _ran_past_its_guard(runs[key], *started) for key, started in procs.items()}
+    for key, what in did.items():
+        if key[0] == "as is":
+            assert what == "", f"a rank orphaned ({key}) went on past its guard: {what[-2000:]}"
+        else:
+            assert "not started by a launcher" in what, f"planted {key}: {what[-2000:]}"
+
 # A planted bug, in every process of the run (a sitecustomize module on the path): node
 # 1's rank hands the all-reduce zeros instead of its gradient (a DDP communication hook).
 NODE_1_SENDS_ZEROS = """
