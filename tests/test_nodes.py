@@ -244,7 +244,8 @@ MAIN = "def main(argv: list[str]) -> int:\n"
 WEAKENED = {
     "no parent == 1": [(GUARD, GUARD.replace("parent == 1 or ", ""))],
     "no second os.getppid()": [(GUARD, GUARD.replace(" or os.getppid() != parent", ""))],
-    "before d755289": [(GUARD, "    if False:\n"), (EARLY, ""), (MAIN, MAIN + "    die_with_parent()\n")],
+    "before d755289": [(GUARD, "    if False:\n"), (EARLY, ""),
+                       (MAIN, MAIN + "    die_with_parent()\n")],
 }
 
 
@@ -293,25 +294,28 @@ def test_a_rank_whose_launcher_is_already_gone_ends_before_it_trains(tmp_path):
     guard without either half of its orphan check, and the guard before d755289, each go
     on past it (to the rank's first error here: it has no launcher's rank)."""
     script = ROOT / "common" / "launch" / "rank.py"
-    runs = {(name, alive): tmp_path / f"run{i}" for i, (name, alive) in enumerate([("as is", False), ("as is", True), ("no parent == 1", False),
-                                ("no second os.getppid()", True), ("before d755289", False)])}
-    procs = {}
-    for (name, alive), folder in runs.items():       # all at once: each a Python start-up
+    cases = [("as is", False), ("as is", True), ("no parent == 1", False),
+             ("no second os.getppid()", True), ("before d755289", False)]
+    runs, procs = {}, {}
+    for i, (name, alive) in enumerate(cases):     # all at once: each a Python start-up
+        runs[name, alive] = folder = tmp_path / f"run{i}"
         folder.mkdir()
+        rank = script
         if name != "as is":
             source = script.read_text()
             for old, new in WEAKENED[name]:
                 assert source.count(old) == 1, f"the plant {name!r} no longer applies: {old!r}"
                 source = source.replace(old, new)
-            (folder / "rank.py").write_text(source)
-        procs[name, alive] = _orphaned_rank(folder, folder / "rank.py" if name != "as is" else script,
-                                            alive)
+            rank = folder / "rank.py"
+            rank.write_text(source)
+        procs[name, alive] = _orphaned_rank(folder, rank, alive)
     did = {key: _ran_past_its_guard(runs[key], *started) for key, started in procs.items()}
     for key, what in did.items():
         if key[0] == "as is":
             assert what == "", f"a rank orphaned ({key}) went on past its guard: {what[-2000:]}"
         else:
             assert "not started by a launcher" in what, f"planted {key}: {what[-2000:]}"
+
 
 # A planted bug, in every process of the run (a sitecustomize module on the path): node
 # 1's rank hands the all-reduce zeros instead of its gradient (a DDP communication hook).
