@@ -12,8 +12,8 @@ verdict's rates on simulated repeats. The figures in docs/report.md come from he
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
-import statistics
 import subprocess
 import sys
 from collections import Counter
@@ -31,25 +31,53 @@ COMMAND = ["-m", "benchmarks.compare", "--framework", "pytorch", "--mode", "scra
            "--eval-samples", "256", "--repeat", "3", "--peak-gemm-size", "0", "--no-plots"]
 
 
-def old_rule(before: list[float], after: list[float], band: float) -> str:
+# The false-alarm check of tests/test_verdict.py: Welch's test at each of these repeat
+# counts a side, on PAIRS simulated pairs each
+REPEATS = (2, 3, 4, 5)
+PAIRS = 50_000
+
+
+def old_rule(before, after, band: float):
     """The verdict before issue 30: slower or faster when the ratio of the medians leaves
     a band, the larger of `band` and either side's spread ((max - min) / median; with
-    one repeat the old rule took the spread of its epochs, 0 here)."""
+    one repeat the old rule took the spread of its epochs, 0 here). Of one pair (lists),
+    or of many at once (arrays, the repeats on the last axis)."""
     def spread(xs):
-        return (max(xs) - min(xs)) / statistics.median(xs) if len(xs) > 1 else 0.0
-    ratio = statistics.median(after) / statistics.median(before)
-    wide = max(band, spread(before), spread(after))
-    return "slower" if ratio > 1 + wide else "faster" if ratio < 1 / (1 + wide) else "within noise"
+        return np.ptp(xs, axis=-1) / np.median(xs, axis=-1)
+    ratio = np.median(after, axis=-1) / np.median(before, axis=-1)
+    wide = np.maximum(band, np.maximum(spread(before), spread(after)))
+    return np.select([ratio > 1 + wide, ratio < 1 / (1 + wide)], ["slower", "faster"],
+                     "within noise")
 
 
 def simulated(rule, n: int, ratio: float = 1.0, band: float = runs.DEFAULT_NOISE,
               sd: float = 0.1, draws: int = 2000) -> float:
     """How often `rule` says slower on `draws` pairs of n repeats a side drawn from
     log-normal distributions (sd of the logs `sd`: 10 %, as on these shared machines),
-    the second `ratio` times the first (1: A against A)."""
+    the second `ratio` times the first (1: A against A). `rule` takes every pair at once
+    (arrays of shape (draws, n): verdict.verdicts, old_rule)."""
     rng = np.random.default_rng(n)
     logs = rng.normal(0.0, sd, (draws, 2, n)) + [[0.0], [np.log(ratio)]]
-    return sum(rule(a, b, band)["verdict"] == "slower" for a, b in np.exp(logs).tolist()) / draws
+    return float(np.mean(rule(np.exp(logs[:, 0]), np.exp(logs[:, 1]), band) == "slower"))
+
+
+@functools.lru_cache(maxsize=None)
+def welch_false_alarms(n: int, alpha: float = verdict.ALPHA) -> float:
+    """The exact rate at which Welch's one-sided test at `alpha` says slower on A against
+    A (n repeats a side from one normal distribution), by one integral. With d the
+    difference of the means and v1, v2 the sides' variances (n - 1 degrees of freedom),
+    Welch's t = d / sqrt((v1 + v2) / n) is Student's t with 2(n - 1) degrees of freedom
+    (d is normal; (n - 1)(v1 + v2) / sigma^2 is chi-squared with 2(n - 1), independent of
+    d), whatever the share r = v1 / (v1 + v2), which is Beta((n - 1)/2, (n - 1)/2) and
+    independent of both; r sets Welch's degrees of freedom, (n - 1) / (r^2 + (1 - r)^2),
+    and so the quantile that t must pass. Below alpha: Welch's test is cautious."""
+    from scipy import integrate, stats
+    a = (n - 1) / 2
+
+    def alarm(r):
+        quantile = stats.t.isf(alpha, (n - 1) / (r * r + (1 - r) ** 2))
+        return stats.t.sf(quantile, 2 * (n - 1)) * stats.beta.pdf(r, a, a)
+    return integrate.quad(alarm, 0, 1, limit=200)[0]
 
 
 def count(folders: list[Path], pairs) -> tuple[Counter, Counter, int]:
@@ -64,7 +92,8 @@ def count(folders: list[Path], pairs) -> tuple[Counter, Counter, int]:
         times = {runs._key(r): runs.timing(r)["runs"] for r in records[a] if r["status"] == "ok"}
         for r in records[b]:
             if r["status"] == "ok" and runs._key(r) in times:
-                old[old_rule(times[runs._key(r)], runs.timing(r)["runs"], runs.DEFAULT_NOISE)] += 1
+                said = old_rule(times[runs._key(r)], runs.timing(r)["runs"], runs.DEFAULT_NOISE)
+                old[str(said)] += 1
     return new, old, n
 
 
@@ -97,8 +126,11 @@ def main(argv=None) -> int:
               + ", ".join(f"{k} {v} ({v / rows:.1%})" for k, v in sorted(old.items())))
     print("simulated (log-normal repeats, sd 10 %, 2000 pairs; slower, at the default band):")
     for ratio in (1.0, 1.3):
-        print(f"  {ratio}x: " + ", ".join(f"{n} repeats {simulated(verdict.verdict, n, ratio):.1%}"
+        print(f"  {ratio}x: " + ", ".join(f"{n} repeats {simulated(verdict.verdicts, n, ratio):.1%}"
                                           for n in (2, 3, 5)))
+    print("with no band, A against A (Welch's test alone): " + ", ".join(
+        f"{n} repeats {simulated(verdict.verdicts, n, band=0.0, draws=PAIRS):.2%} "
+        f"(exactly {welch_false_alarms(n):.2%})" for n in REPEATS))
     return 0
 
 
