@@ -2,12 +2,15 @@
 
 A plain `pytest` covers every installed framework. Under CI (.ci/run sets
 DL_COMPARE_REQUIRE=all) every framework is required: one that cannot be imported
-fails its tests instead of being skipped."""
+fails its tests instead of being skipped. In every run, a framework's own environment
+that is built (.venv-mxnet on disk) must give the suite its framework: else the run
+fails at its start (environment_problems)."""
 from __future__ import annotations
 
 import atexit
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,6 +49,51 @@ def having(capability: str) -> list[str]:
 def lacking(capability: str) -> list[str]:
     """The covered frameworks that list a capability as a known gap."""
     return [n for n in covered() if registry.gap(n, capability)]
+
+
+def makefile_envs(root: Path = ROOT) -> list[str]:
+    """The environments of their own that `make install` builds (the Makefile's ENVS):
+    .venv-NAME, with the extras NAME and test."""
+    return re.search(r"^ENVS\s*:=(.*)$", (root / "Makefile").read_text(), re.M).group(1).split()
+
+
+def environment_problems(root: Path = ROOT) -> list[str]:
+    """Where a framework's own environment is built (.venv-NAME/bin/python on disk, or the
+    interpreter DL_COMPARE_PYTHON_NAME names) but the registry does not find the framework
+    through it, one line each saying what to do. Its frameworks are those `make` installs
+    there (extra NAME) and those the registry places there: a registry that takes one
+    for the main environment's, or looks for the environment in the wrong place, would
+    report it not-installed and every one of its tests skipped or never collected."""
+    problems = []
+    for env in makefile_envs(root):
+        variable = f"DL_COMPARE_PYTHON_{env.upper()}"
+        own = os.environ.get(variable)
+        python = Path(own) if own else root / f".venv-{env}" / "bin" / "python"
+        if not python.exists():
+            continue                      # not built here: its frameworks are not installed
+        where = f"{variable}={own}" if own else f".venv-{env}"
+        for f in registry.FRAMEWORKS.values():
+            if env not in (f.extra, f.environment):
+                continue
+            runs = Path(registry.python(f.name))
+            if runs.parent.parent.resolve() != python.parent.parent.resolve():
+                problems.append(f"{where} is built, but the registry runs {f.name} with {runs}: "
+                                f"common/facts/registry.py must start {f.name} there "
+                                f"(environment={env!r}, python())")
+            elif not registry.is_installed(f.name):
+                fix = (f"install {f.name} there, or unset {variable}" if own else
+                       f"rebuild it (rm -rf {where} && make install), or remove it to run "
+                       f"without {f.name}")
+                problems.append(f"{where} is built, but {f.name} is not found in it: {fix}")
+    return problems
+
+
+def pytest_configure(config):
+    """Every run, CI's or not, fails at its start on an environment that is built but
+    does not give the suite its framework (environment_problems)."""
+    problems = environment_problems()
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
 
 
 # One XLA compilation cache for the JAX processes of a test session (a folder per pytest

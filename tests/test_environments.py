@@ -1,6 +1,7 @@
 """Frameworks in environments of their own (MXNet on NumPy 1.26, the rest on NumPy 2):
 the registry says which, the suite starts their processes with that interpreter, and
 both interpreters make the same initial weights and batches."""
+import dataclasses
 import json
 import re
 import subprocess
@@ -10,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from common.facts import registry
-from tests.conftest import ROOT, covered, run_python
+from tests.conftest import (ROOT, covered, environment_problems, makefile_envs, run_python,
+                            subprocess_env)
 
 # What every framework must see identically, whatever NumPy its interpreter has: each
 # model's initial weights (both inits) and state, the batch order of two epochs, the
@@ -135,9 +137,7 @@ def test_each_environment_is_built_by_make_from_its_own_constraints():
     constraints file and an extra for each of its frameworks; the main constraints
     hold NumPy 2 and no framework of another environment."""
     environments = {f.environment for f in registry.FRAMEWORKS.values()} - {""}
-    makefile = (ROOT / "Makefile").read_text()
-    envs = set(re.search(r"^ENVS\s*:=(.*)$", makefile, re.M).group(1).split())
-    assert envs == environments
+    assert set(makefile_envs()) == environments
     pyproject = (ROOT / "pyproject.toml").read_text()
     main = (ROOT / "constraints.txt").read_text()
     assert re.search(r"^numpy==2\.", main, re.M)
@@ -169,3 +169,65 @@ def test_the_report_names_each_environment_s_library_versions():
                            "jax 0.10.2, mxnet 1.9.1;"), line
     planted = libraries_line(records[:1])
     assert "mxnet" not in planted and "1.26.4" not in planted
+
+
+def _fake_python(path: Path, finds: bool) -> Path:
+    """An environment's interpreter that finds every module, or none (as _importable asks)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\nexit {0 if finds else 1}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_built_environment_that_misses_its_framework_fails_every_run(monkeypatch, tmp_path):
+    """A framework's environment on disk (here a repository of its own: the Makefile and a
+    .venv-NAME) whose framework the registry does not find there is a problem of every
+    run, with what to do: the environment without the framework, and the planted
+    registries that take the framework for the main environment's or look for its
+    environment elsewhere (each made every test of it skip: "got empty parameter set").
+    With no such environment on disk, the framework is only not installed, as before."""
+    name = next(f.name for f in registry.FRAMEWORKS.values() if f.environment)
+    env = registry.facts(name).environment
+    monkeypatch.delenv(f"DL_COMPARE_PYTHON_{env.upper()}", raising=False)
+    (tmp_path / "Makefile").write_text((ROOT / "Makefile").read_text())
+    monkeypatch.setattr(registry, "ROOT", tmp_path)
+    python = tmp_path / f".venv-{env}" / "bin" / "python"
+
+    def problems(finds: bool | None) -> list[str]:
+        registry._importable.cache_clear()
+        if finds is None:
+            python.unlink(missing_ok=True)
+        else:
+            _fake_python(python, finds)
+        return environment_problems(tmp_path)
+    assert problems(finds=True) == [] and registry.is_installed(name)
+    assert problems(finds=False) == [f".venv-{env} is built, but {name} is not found in it: "
+                                     f"rebuild it (rm -rf .venv-{env} && make install), or remove "
+                                     f"it to run without {name}"]
+    assert problems(finds=None) == [] and not registry.is_installed(name)     # not built
+    # planted: the registry looking for the environment elsewhere, or placing the
+    # framework in the main one
+    for plant in (lambda: monkeypatch.setattr(registry, "ROOT", tmp_path / "elsewhere"),
+                  lambda: monkeypatch.setitem(registry.FRAMEWORKS, name, dataclasses.replace(
+                      registry.facts(name), environment=""))):
+        plant()
+        assert problems(finds=True) == [
+            f".venv-{env} is built, but the registry runs {name} with {sys.executable}: "
+            f"common/facts/registry.py must start {name} there (environment={env!r}, python())"]
+
+
+def test_a_run_stops_at_its_start_on_an_environment_without_its_framework(tmp_path):
+    """The whole of a plain pytest run (no DL_COMPARE_REQUIRE), not one test: an
+    environment named by DL_COMPARE_PYTHON_NAME whose interpreter finds nothing stops it
+    before it collects a test, with the one line that says what to do."""
+    name = next(f.name for f in registry.FRAMEWORKS.values() if f.environment)
+    variable = f"DL_COMPARE_PYTHON_{registry.facts(name).environment.upper()}"
+    python = _fake_python(tmp_path / "bin" / "python", finds=False)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "tests/test_docs.py"], cwd=ROOT, capture_output=True, text=True,
+                          env={**subprocess_env(), variable: str(python), "DL_COMPARE_REQUIRE": ""},
+                          timeout=120)
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    assert lines == [f"ERROR: {variable}={python} is built, but {name} is not found in it: "
+                     f"install {name} there, or unset {variable}"], lines
