@@ -255,7 +255,7 @@ def _orphaned_rank(folder: Path, script: Path, parent_read_alive: bool) -> tuple
     (folder / "site").mkdir()
     if parent_read_alive:
         (folder / "site" / "sitecustomize.py").write_text(PARENT_READ_ALIVE)
-    cfg = {"framework": covered()[0], "mode": "native", "devices": 1, "dataset": "synthetic",
+    cfg = {"framework": registry.NAMES[0], "mode": "native", "devices": 1, "dataset": "synthetic",
            "epochs": 1, "steps_per_epoch": 1}
     (folder / "out").mkdir()
     proc = subprocess.Popen([sys.executable, "-c", ORPHAN, str(script), json.dumps(cfg),
