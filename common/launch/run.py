@@ -127,7 +127,7 @@ def _profile(record: dict, backend, trainer, cfg: RunConfig, ds, events_path: Pa
     result = profiling.profile(backend, trainer, cfg, ds)
     events = result.pop("events")
     attribution = profile.attribute(events, result["rules"], 1, cfg.profile_steps)
-    record["profile"] = {**result, **attribution, "why_untrusted": profile.check(attribution)}
+    record["profile"] = {**result, **attribution, "why_untrusted": profile.check(attribution, result["profiled_step_ms"])}
     if events_path is not None:
         profile.write_events(events_path, events)
         record["profile"]["events_file"] = events_path.name

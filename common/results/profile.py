@@ -47,6 +47,10 @@ UNMAPPED = "unmapped"
 CONTAINER = "container"
 # More than this share of the op time left unmapped fails the profile's check
 MAX_UNMAPPED_SHARE = 0.05
+# The profiled window on the profiler's clock against the wall clock's (both around the
+# same synchronised steps): a mark that misses the device's work, or a trace that lost
+# its start or end, shows as a difference beyond scheduler noise
+WINDOW_TOLERANCE = 0.1
 
 
 class RuleError(ValueError):
@@ -155,8 +159,12 @@ def attribute(events: list[dict], rules, count: int, steps_per_window: int = 1) 
             "unmapped_share": sum(unmapped.values()) / op if op else 0.0}
 
 
-def check(attribution: dict) -> str | None:
-    """Why an attribution cannot be trusted, or None: too much op time unmapped."""
+def check(attribution: dict, wall_ms: float | None = None) -> str | None:
+    """Why an attribution cannot be trusted, or None: too much op time unmapped, or a
+    window that is not the wall clock's (wall_ms: the same steps' ms per step)."""
+    if wall_ms is not None and abs(attribution["window_ms"] - wall_ms) > WINDOW_TOLERANCE * wall_ms + 1:
+        return (f"the profiler's window is {attribution['window_ms']:.1f} ms per step, the wall "
+                f"clock's {wall_ms:.1f}: its marks do not hold the steps' work")
     share = attribution["unmapped_share"]
     if share > MAX_UNMAPPED_SHARE:
         top = ", ".join(f"{n} ({v:.2f} ms)" for n, v in list(attribution["unmapped"].items())[:5])
