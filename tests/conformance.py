@@ -842,6 +842,9 @@ def check_ids(model_names) -> list[str]:
             for c, (_, _, per_model) in CHECKS.items() for m in _models(per_model, model_names)]
 
 
+import tests.profile_checks  # noqa: E402,F401 - registers the profile's checks
+
+
 def main(framework: str, out: str, *model_names: str) -> int:
     b = registry.get(framework)
     b.setup(cpu_devices=2, threads=int(os.environ.get("OMP_NUM_THREADS", "1")))

@@ -168,6 +168,34 @@ class ModuleTrainer(Trainer):
         self.module.load(params, state)
 
 
+# The name of the annotation an OpProfiler puts around profiled step i, in the
+# framework's own trace: the step's window on the profiler's clock
+STEP_MARK = "dlc-profile-step {}"
+
+
+class OpProfiler(ABC):
+    """A framework's own op-level profiler around a few training steps
+    (frameworks/<fw>/profile.py): `with profiler:` records; `step(i)` marks step i in the
+    trace; `events()`, after the block, every event recorded, in one form:
+    {"name", "start", "end" (microseconds on the profiler's clock), "thread"}, the step
+    marks (STEP_MARK) among them. `rules` maps event names to op classes
+    (common/results/profile.py): data, ((regex, class), ...), the first match wins."""
+    rules: tuple[tuple[str, str], ...] = ()
+
+    @abstractmethod
+    def __enter__(self) -> "OpProfiler": ...
+
+    @abstractmethod
+    def __exit__(self, *exc) -> None: ...
+
+    @abstractmethod
+    def step(self, i: int) -> Any:
+        """A context manager: step i's annotation in the profiler's own trace."""
+
+    @abstractmethod
+    def events(self) -> list[dict]: ...
+
+
 class Backend(ABC):
     name: str
     # True where the framework has several distinct CPU devices in one process
@@ -231,6 +259,11 @@ class Backend(ABC):
     @abstractmethod
     def synchronize(self) -> None:
         """Wait for all queued work on every device."""
+
+    def op_profiler(self, folder: str) -> OpProfiler:
+        """The framework's own op-level profiler (frameworks/<fw>/profile.py), writing
+        what it must to `folder`."""
+        raise NotApplicable(f"{self.name} has no op-level profiler in the suite yet")
 
     def device_peak_memory_mb(self) -> dict[str, float]:
         """The allocator's peak of each GPU of this process, by neutral name ({"gpu:0":

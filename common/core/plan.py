@@ -68,6 +68,9 @@ class RunConfig:
     # write a timeline of the run (common/results/trace.py): the device is then
     # synchronised after every step, which perturbs the run's times
     trace: bool = False
+    # run this many steps under the framework's own op-level profiler, after as many
+    # without it, instead of training epochs (benchmarks.profile); 0: a training run
+    profile_steps: int = 0
 
     def __post_init__(self):
         if self.execution is None:

@@ -1,7 +1,9 @@
-"""The CPU's float32 GEMM rate, measured: the compute floor of benchmarks.speed and the CPU
-peak of benchmarks.compare's utilisation (MFU) figures. An n x n float32 product in a
-fresh process with the run's thread count: PyTorch's sgemm where installed, else
-NumPy's BLAS; named with its library and size wherever it is used."""
+"""The CPU's limits, measured: its float32 GEMM rate (the compute floor of
+benchmarks.speed, the CPU peak of benchmarks.compare's utilisation (MFU) figures and of
+benchmarks.profile's roofline) and its memory bandwidth (the roofline's other side). An
+n x n float32 product, or a streaming copy, in a fresh process with the run's thread
+count: PyTorch's where installed, else NumPy's; named with its library and size wherever
+it is used."""
 from __future__ import annotations
 
 import json
@@ -33,36 +35,74 @@ run()
 best = min((lambda t: (run(), time.perf_counter() - t)[1])(time.perf_counter()) for _ in range(reps))
 print(json.dumps({"gflops": 2 * n ** 3 / best / 1e9, "library": lib}))
 """
+# A streaming copy of STREAM_MB megabytes (far beyond any cache) in a fresh process
+# with the run's threads: the memory bandwidth of a roofline, measured the same way as
+# the GEMM (torch's copy_, which uses the intra-op threads, where installed; else NumPy's,
+# on one thread); bytes moved = read + write
+STREAM_MB = 512
+_STREAM = r"""
+import json, sys, time
+n, reps = int(sys.argv[1]) * 2**20 // 4, 5
+try:
+    import torch
+    a, b = torch.ones(n), torch.empty(n)
+    run, lib = (lambda: b.copy_(a)), f"torch {torch.__version__} copy_"
+except ImportError:
+    import numpy as np
+    a, b = np.ones(n, np.float32), np.empty(n, np.float32)
+    run, lib = (lambda: np.copyto(b, a)), f"numpy {np.__version__} copyto (1 thread)"
+run()
+best = min((lambda t: (run(), time.perf_counter() - t)[1])(time.perf_counter()) for _ in range(reps))
+print(json.dumps({"gb_per_s": 2 * 4 * n / best / 1e9, "library": lib}))
+"""
 # a results folder's CPU peak (benchmarks.compare), kept so that a resumed comparison
 # measures its new records against the same peak as the ones it keeps
 PEAK_FILE = "cpu_peak.json"
+BANDWIDTH_FILE = "cpu_bandwidth.json"
 
 
-def gemm_rate(threads: int, size: int = GEMM_SIZE) -> dict:
+def _measure(program: str, threads: int, size: int) -> dict:
     env = {**os.environ, **thread_env(threads)}
-    out = subprocess.run([sys.executable, "-c", _GEMM, str(size)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", program, str(size)], capture_output=True,
                          text=True, env=env, check=True, timeout=600)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def cpu_peak(folder: Path, threads: int, size: int) -> dict:
-    """The CPU peak of a results folder: its PEAK_FILE where it was measured the same way
-    on this CPU, else measured now (nothing else should be running) and written there.
-    {"gflops", "library", "size", "threads", "cpu_model", "measured"}; on failure
-    {"error": why}, which the records then give as the reason MFU is missing."""
-    path = Path(folder) / PEAK_FILE
+def gemm_rate(threads: int, size: int = GEMM_SIZE) -> dict:
+    return _measure(_GEMM, threads, size)
+
+
+def _kept_or_measured(path: Path, program: str, threads: int, size: int, what: str,
+                      key: str) -> dict:
+    """A limit kept in `path` where it was measured the same way on this CPU, else
+    measured now (nothing else should be running) and written there; on failure
+    {"error": why}."""
     same = {"size": size, "threads": threads, "cpu_model": cpu_model()}
     try:
         kept = json.loads(path.read_text())
-        if {k: kept.get(k) for k in same} == same and kept.get("gflops"):
+        if {k: kept.get(k) for k in same} == same and kept.get(key):
             return kept
     except (OSError, ValueError, AttributeError):
         pass
     try:
-        peak = {**gemm_rate(threads, size), **same,
-                "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+        value = {**_measure(program, threads, size), **same,
+                 "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
-        return {"error": f"the CPU peak measurement (a {size}x{size} float32 GEMM) failed: "
-                         f"{type(e).__name__}: {str(e)[:200]}"}
-    write_atomic(path, peak)
-    return peak
+        return {"error": f"the {what} measurement failed: {type(e).__name__}: {str(e)[:200]}"}
+    write_atomic(path, value)
+    return value
+
+
+def cpu_peak(folder: Path, threads: int, size: int) -> dict:
+    """The CPU peak of a results folder (a float32 GEMM of size x size):
+    {"gflops", "library", "size", "threads", "cpu_model", "measured"} or {"error"}, which
+    the records then give as the reason MFU is missing."""
+    return _kept_or_measured(Path(folder) / PEAK_FILE, _GEMM, threads, size,
+                             f"CPU peak (a {size}x{size} float32 GEMM)", "gflops")
+
+
+def cpu_bandwidth(folder: Path, threads: int, size_mb: int = STREAM_MB) -> dict:
+    """The memory bandwidth of a results folder (a streaming copy of size_mb MB):
+    {"gb_per_s", "library", "size", "threads", "cpu_model", "measured"} or {"error"}."""
+    return _kept_or_measured(Path(folder) / BANDWIDTH_FILE, _STREAM, threads, size_mb,
+                             f"memory bandwidth (a {size_mb} MB copy)", "gb_per_s")

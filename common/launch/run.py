@@ -16,13 +16,14 @@ from pathlib import Path
 from common import models
 from common.core.contract import NotApplicable
 from common.core.loop import DIVERGENCE_FACTOR, train
+from common.core import profiling
 from common.core.modes import MODES
 from common.core.plan import RunConfig
 from common.facts import data as data_mod, registry
 from common.facts.machine import env_info, framework_version
 from common.launch import launcher, netns, nodes, progress
 from common.launch.rank import _rank_main
-from common.results import trace, utilisation
+from common.results import profile, trace, utilisation
 from common.results.record import mark_not_installed, new_record, read_rank_parts
 
 
@@ -52,6 +53,8 @@ def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> d
     record["env"] = env_info()
     record["framework_version"] = framework_version(cfg.framework, record["env"])
     mode = MODES[cfg.mode]
+    # a profiled run's events go beside its record (benchmarks.profile)
+    events_path = profile.events_path(trace_path) if trace_path and cfg.profile_steps else None
     trace_path = trace_path if cfg.trace else None
     if cfg.nodes > 1:
         return _run_nodes(cfg, record, mode, tell, trace_path)
@@ -97,6 +100,9 @@ def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> d
             record["device_names"] = devices
             mode.precheck(backend, cfg, devices)
             trainer = mode.trainer(backend, cfg, devices)
+            if cfg.profile_steps:
+                _profile(record, backend, trainer, cfg, ds, events_path)
+                return record
             result = train(backend, trainer, cfg, ds,
                            progress.say(progress.STEP) if tell else progress.silent,
                            on_estimate=progress.estimate_printer() if tell else progress.silent)
@@ -113,6 +119,20 @@ def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> d
             record.update(status="failed", error=f"listed as a known gap ({gap}) but it ran; "
                                                  "update its `lacks` in common/facts/registry.py")
     return record
+
+
+def _profile(record: dict, backend, trainer, cfg: RunConfig, ds, events_path: Path | None) -> None:
+    """A profiled run's record: its steps' time by op class (common/results/profile.py),
+    the profiler's cost, and its events in a file beside it."""
+    result = profiling.profile(backend, trainer, cfg, ds)
+    events = result.pop("events")
+    attribution = profile.attribute(events, result["rules"], 1, cfg.profile_steps)
+    record["profile"] = {**result, **attribution, "why_untrusted": profile.check(attribution, result["profiled_step_ms"])}
+    if events_path is not None:
+        profile.write_events(events_path, events)
+        record["profile"]["events_file"] = events_path.name
+    record["device_kind"] = record["device_names"][0].split(":")[0]
+    record["status"] = "ok"
 
 
 def _finish(record: dict, result: dict, facts: registry.Framework, processes: int,

@@ -12,6 +12,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from common import models
+from common.models import costs
 
 NAME = "lenet"
 PARAM_NAMES = ("W1", "b1", "W2", "b2", "W3", "b3", "W4", "b4")
@@ -31,6 +32,17 @@ TRAIN_FLOPS_PER_IMAGE = 3 * 2 * (26 * 26 * 20 * 9 + 9 * 9 * 50 * 500 + 800 * 128
 UNITS = (("conv block", (0, 1, 2, 3), (), (50, 4, 4)),
          ("dense block", (4, 5, 6, 7), (), (NUM_CLASSES,)))
 UNIT_COST = (1, 1)                # two units: any cost gives the one cut
+# The layers in forward order (common/models/costs.py counts a step's FLOPs and bytes
+# per op class from them): conv 3x3 -> ReLU -> avg-pool 2, conv 5x5 -> ReLU -> avg-pool
+# 2, dense -> ReLU, dense, softmax cross-entropy
+# benchmarks.profile's defaults: compare's batch, and steps enough for a stable window
+PROFILE = {"batch": 256, "steps": 10}
+LAYERS = (costs.conv(1, 20, 3, 28, 26, first=True), costs.elementwise("activation", 20, 26),
+          costs.pool(20, 26, 13, 2),
+          costs.conv(20, 50, 5, 13, 9), costs.elementwise("activation", 50, 9),
+          costs.pool(50, 9, 4, 2),
+          costs.dense(800, 128), costs.elementwise("activation", 128, 1),
+          costs.dense(128, 10), costs.loss(NUM_CLASSES))
 
 
 def init_params(seed: int, init: str) -> list[np.ndarray]:

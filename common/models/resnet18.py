@@ -21,6 +21,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from common import models
+from common.models import costs
 
 NAME = "resnet18"
 NUM_CLASSES = 10
@@ -164,9 +165,47 @@ def _train_flops_per_image() -> int:
 
 
 TRAIN_FLOPS_PER_IMAGE = _train_flops_per_image()      # about 2.7 GFLOP
+
 UNITS = _units()              # stem, stage1.block1 .. stage4.block2, head
 HEAD = len(UNITS) - 1         # the head's unit: global average pooling and FC
 UNIT_COST = tuple(_unit_macs())
+
+
+def _layers() -> tuple[dict, ...]:
+    """The layers in forward order (common/models/costs.py), read off the network itself:
+    walk() run once on shapes instead of tensors."""
+    layers = []
+
+    class Shape:                  # one image's tensor: channels x h x h
+        def __init__(self, c, h):
+            self.c, self.h = c, h
+
+        def __add__(self, other):           # the residual connection
+            layers.append(costs.elementwise("add", self.c, self.h))
+            return Shape(self.c, self.h)
+
+    def conv(x, slots, stride, pad):
+        cout, cin, k, _ = PARAM_SHAPES[slots["weight"]]
+        h = (x.h + 2 * pad - k) // stride + 1
+        layers.append(costs.conv(cin, cout, k, x.h, h, first=not layers))
+        return Shape(cout, h)
+
+    def bn(x, slots):
+        layers.append(costs.elementwise("batchnorm", x.c, x.h))
+        return x
+
+    def relu(x):
+        layers.append(costs.elementwise("activation", x.c, x.h))
+        return x
+
+    h = walk(Shape(IMAGE_SHAPE[0], IMAGE_SHAPE[1]), conv, bn, relu)
+    layers += [costs.pool(h.c, h.h, 1, h.h), costs.dense(h.c, NUM_CLASSES), costs.loss(NUM_CLASSES)]
+    return tuple(layers)
+
+
+# benchmarks.profile's defaults: a batch a 2-core CPU steps in about a second
+PROFILE = {"batch": 32, "steps": 3}
+LAYERS = _layers()
 
 
 def init_params(seed: int, init: str) -> list[np.ndarray]:

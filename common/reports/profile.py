@@ -1,0 +1,188 @@
+"""benchmarks.profile's report, rendered from its records alone: per model, each row's
+ms per step by op class (frameworks as columns), the profiler's own cost, each class
+against this machine's roofline, one line per row naming what makes its gap to the
+fastest row, and a stacked-bar plot of every row side by side."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from common import models
+from common.models import costs
+from common.reports.runs import colour, machine_lines
+from common.results.profile import CLASSES, OUTSIDE, UNMAPPED
+
+SHOWN = (*CLASSES, UNMAPPED, OUTSIDE)
+GAP_CLASSES = 3          # a row's gap line names this many classes at most
+
+
+def label(r: dict) -> str:
+    return f"{r['framework']} {r['mode']}"
+
+
+def ok(records: list[dict]) -> list[dict]:
+    return [r for r in records if r["status"] == "ok" and r.get("profile")]
+
+
+def per_class(r: dict) -> dict[str, float]:
+    """ms per step of every shown class (0 where the row has none)."""
+    p = r["profile"]
+    out = {c: p["classes"].get(c, 0.0) for c in CLASSES}
+    out[UNMAPPED] = sum(p["unmapped"].values())
+    out[OUTSIDE] = p["outside"]
+    return out
+
+
+def fastest(rows: list[dict]) -> dict | None:
+    return min(rows, key=lambda r: r["profile"]["window_ms"]) if rows else None
+
+
+def gap_line(r: dict, best: dict) -> str:
+    """'row: +N ms class, ...' the classes that make most of the row's gap to the fastest."""
+    mine, theirs = per_class(r), per_class(best)
+    gap = r["profile"]["window_ms"] - best["profile"]["window_ms"]
+    if r is best:
+        return f"{label(r)}: the fastest row ({r['profile']['window_ms']:.1f} ms per profiled step)"
+    diffs = sorted(((mine[c] - theirs[c], c) for c in SHOWN), reverse=True)
+    parts = [f"+{d:.1f} ms {c}" for d, c in diffs[:GAP_CLASSES] if d > 0]
+    return (f"{label(r)}: {gap:+.1f} ms per step against {label(best)}, mostly "
+            + ", ".join(parts) + f" ({sum(d for d, _ in diffs[:GAP_CLASSES] if d > 0) / gap:.0%}"
+            " of the gap)" if gap > 0 else f"{label(r)}: {gap:+.1f} ms")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def class_table(rows: list[dict]) -> list[str]:
+    body = []
+    for c in SHOWN:
+        values = [per_class(r)[c] for r in rows]
+        if any(v >= 0.05 for v in values):
+            body.append([c, *(f"{v:.1f}" for v in values)])
+    body.append(["**step, profiled** (sum of the above)",
+                 *(f"**{r['profile']['window_ms']:.1f}**" for r in rows)])
+    body.append(["step without the profiler", *(f"{r['profile']['plain_step_ms']:.1f}" for r in rows)])
+    body.append(["profiler's cost (profiled / without)",
+                 *(f"{r['profile']['profiled_step_ms'] / r['profile']['plain_step_ms']:.2f}x"
+                   for r in rows)])
+    body.append(["unmapped share of op time", *(f"{r['profile']['unmapped_share']:.1%}" for r in rows)])
+    return _table(["ms per step", *(label(r) for r in rows)], body)
+
+
+def roofline_table(rows: list[dict], model: str, batch: int, limits: dict) -> list[str]:
+    """Each class's counted FLOPs and bytes (a calculation), its roofline bound on this
+    machine's measured limits, and each row's time over that bound."""
+    peak, bw = limits.get("gflops"), limits.get("gb_per_s")
+    if not peak or not bw:
+        return [f"No roofline: the machine's limits were not measured ({limits})."]
+    counted = costs.class_costs(models.get(model), batch)
+    if any("conv backward" in r["profile"]["classes"] for r in rows):     # not parted
+        both = [counted[c] for c in ("conv backward input", "conv backward weight") if c in counted]
+        counted["conv backward"] = {k: sum(v[k] for v in both) for k in ("flops", "bytes")}
+    body = []
+    for c in CLASSES:
+        if c not in counted:
+            continue
+        f, b = counted[c]["flops"], counted[c]["bytes"]
+        bound_ms = 1e3 * max(f / (peak * 1e9), b / (bw * 1e9))
+        cells = []
+        for r in rows:
+            t = r["profile"]["classes"].get(c)
+            cells.append(f"{t / bound_ms:.1f}x ({f / (t * 1e6):.1f})" if t else "-")
+        body.append([c, f"{f / 1e6:.1f}", f"{b / 1e6:.1f}", f"{f / b:.1f}",
+                     f"{min(peak, f / b * bw):.0f}", f"{bound_ms:.2f}", *cells])
+    return _table(["class", "MFLOP (calc.)", "MB (calc.)", "FLOP/byte", "bound GFLOP/s",
+                   "bound ms", *(f"{label(r)}: time/bound (GFLOP/s)" for r in rows)], body)
+
+
+def unmapped_lines(rows: list[dict]) -> list[str]:
+    out = []
+    for r in rows:
+        names = r["profile"]["unmapped"]
+        if names:
+            top = ", ".join(f"`{n}` {v:.2f} ms" for n, v in list(names.items())[:6])
+            out.append(f"- {label(r)}: {top}")
+    return out or ["- none: every op event of every row is mapped to a class."]
+
+
+def not_profiled(records: list[dict]) -> list[str]:
+    return [f"- {label(r)} ({r.get('model')}): {r['status']}: {(r.get('error') or '').splitlines()[0]}"
+            for r in records if r not in ok(records)]
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows) + 3), 5))
+    bottoms = [0.0] * len(rows)
+    cmap = plt.get_cmap("tab20")
+    for k, c in enumerate(SHOWN):
+        values = [per_class(r)[c] for r in rows]
+        if not any(values):
+            continue
+        ax.bar(range(len(rows)), values, bottom=bottoms, label=c,
+               color="0.85" if c == OUTSIDE else cmap(k % 20),
+               hatch="//" if c in (OUTSIDE, UNMAPPED) else None, edgecolor="0.4", linewidth=0.3)
+        bottoms = [b + v for b, v in zip(bottoms, values)]
+    ax.set_xticks(range(len(rows)), [label(r).replace(" ", "\n") for r in rows], fontsize=8)
+    for t, r in zip(ax.get_xticklabels(), rows):
+        t.set_color(colour(r["framework"]))
+    ax.set_ylabel("ms per training step (profiled)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown(records: list[dict], limits: dict, command: str, plots: dict[str, str]) -> str:
+    """The whole page: per model, the class table, the gap lines, the roofline and the
+    unmapped events; then what could not be profiled and how the times are attributed."""
+    lines = ["# Where each framework's training step goes, op by op", "",
+             f"Command: `{command}`", "", *machine_lines(records),
+             f"- Limits, measured: a float32 GEMM at {limits.get('gflops', 0):.1f} GFLOP/s "
+             f"({limits.get('gemm_library')}), a streaming copy at "
+             f"{limits.get('gb_per_s', 0):.1f} GB/s ({limits.get('stream_library')}), "
+             f"{limits.get('threads')} threads.", ""]
+    for model in dict.fromkeys(r["model"] for r in records):
+        rows = sorted(ok([r for r in records if r["model"] == model]),
+                      key=lambda r: r["profile"]["window_ms"])
+        if not rows:
+            continue
+        batch, steps = rows[0]["batch_size"], rows[0]["profile"]["profile_steps"]
+        lines += [f"## {model}: batch {batch}, 1 device, {steps} profiled steps", "",
+                  "Milliseconds per step by op class, from each framework's own profiler "
+                  "(columns from the fastest profiled step):", "", *class_table(rows), ""]
+        if model in plots:
+            lines += [f"![{model}]({plots[model]})", ""]
+        best = fastest(rows)
+        lines += ["What separates each row from the fastest:", "",
+                  *(f"- {gap_line(r, best)}" for r in rows), "",
+                  "Each class against this machine's roofline: its FLOPs and bytes counted "
+                  "from the layer shapes (a calculation: common/models/costs.py), the bound "
+                  "the lesser of the GEMM peak and intensity x bandwidth gives, and each "
+                  "row's measured time over that bound (its achieved GFLOP/s):", "",
+                  *roofline_table(rows, model, batch, limits), "",
+                  "Events no rule maps, with their time per step:", "", *unmapped_lines(rows), ""]
+    missing = not_profiled(records)
+    if missing:
+        lines += ["## Rows not profiled", "", *missing, ""]
+    lines += ["## How the time is attributed", "",
+              "- Each framework's profiler events are mapped to the op classes by a table of "
+              "rules (a regular expression and a class) in `frameworks/<name>/profile.py`; "
+              "the first rule that matches wins.",
+              "- On each thread the outermost op is the one that counts (an op's inner "
+              "calls, an allocation inside a convolution, are that op's); events that only "
+              "hold ops (the step's mark, a Python frame, a whole compiled program) are not "
+              "ops. Each instant of the profiled window is split evenly among the threads' "
+              "ops active at it; an instant with no op on any thread is *outside any op*: "
+              "the framework's own time between ops (Python, dispatch, the runtime).",
+              "- XLA's fused ops (JAX, Keras on JAX, TensorFlow with XLA) are attributed by "
+              "the operation they fuse around: the heaviest op in the fusion, named from "
+              "the compiled HLO, with the backward pass told apart by the op's metadata.",
+              "- The profiled window runs after the same warm-up as compare and after an "
+              "equal window without the profiler; the profiler's cost is the ratio of the "
+              "two.", ""]
+    return "\n".join(lines)

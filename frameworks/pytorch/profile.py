@@ -1,0 +1,65 @@
+"""The op-level profiler: torch.profiler on the CPU (and CUDA where a GPU runs), its
+events in the common form, and the rules that map ATen and autograd names to the op
+classes of common/results/profile.py."""
+from __future__ import annotations
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from common.core.contract import OpProfiler, STEP_MARK
+
+# (regex searched in an event's name, op class): the first match wins. Autograd's
+# evaluate_function wraps each backward node, which is the op; a backward node's name
+# says which forward op it differentiates (ConvolutionBackward0, MmBackward0, ...).
+RULES = (
+    (r"^dlc-profile-step |^ProfilerStep#|^autograd::engine::evaluate_function: |"
+     r"^## |^Torch-Compiled Region|^CompiledFunction", "container"),
+    (r"ConvolutionBackward|aten::convolution_backward", "conv backward"),
+    (r"aten::(conv2d|convolution|_convolution|mkldnn_convolution)\b", "conv forward"),
+    (r"^(Mm|Addmm|Linear)Backward|aten::linear_backward", "dense backward"),
+    (r"aten::(linear|addmm|mm|matmul)\b", "dense forward"),
+    (r"Pool\w*Backward|aten::(max|avg|adaptive_avg|adaptive_max)_pool\w*", "pooling"),
+    (r"^(Relu|Sigmoid|Threshold)Backward|aten::(relu_?|sigmoid|threshold_backward|"
+     r"sigmoid_backward)\b", "activation"),
+    (r"BatchNorm\w*Backward|batch_norm", "batchnorm"),
+    (r"(NllLoss|LogSoftmax|Softmax|CrossEntropy)\w*Backward|aten::(cross_entropy_loss|"
+     r"log_softmax|_log_softmax|softmax|nll_loss\w*)\b", "softmax and loss"),
+    (r"^Optimizer\.|aten::_foreach_|aten::sgd|^DistributedDataParallel\.zero_grad",
+     "optimizer update"),
+    (r"c10d::|gloo:|nccl:|allreduce|all_reduce|broadcast|DistributedDataParallel\.forward",
+     "communication"),
+    (r"^(T|View|Reshape\w*|Permute|Transpose|UnsafeView|Expand|Squeeze|Unsqueeze|Clone|"
+     r"ToCopy|Copy\w*)Backward|aten::(view|reshape|_reshape_alias|flatten|t|transpose|"
+     r"permute|contiguous|copy_|to|_to_copy|clone|as_strided|expand|detach|squeeze|"
+     r"unsqueeze|alias|select|slice|index|narrow|_unsafe_view|resolve_conj|resolve_neg|"
+     r"lift_fresh)\b|^detach$|cudaMemcpy", "copies and layout"),
+    (r"^aten::|Backward\d*$|AccumulateGrad", "other named ops"),
+)
+
+
+class TorchProfiler(OpProfiler):
+    rules = RULES
+
+    def __init__(self, folder: str):
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        self._prof = profile(activities=acts)
+
+    def __enter__(self):
+        self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._prof.__exit__(*exc)
+
+    def step(self, i: int):
+        return record_function(STEP_MARK.format(i))
+
+    def events(self) -> list[dict]:
+        return [{"name": e.name, "start": float(e.time_range.start), "end": float(e.time_range.end),
+                 "thread": f"{'cuda' if e.device_type.name == 'CUDA' else 'cpu'} {e.thread}"}
+                for e in self._prof.events()]
+
+
+class Profile:
+    def op_profiler(self, folder):
+        return TorchProfiler(folder)

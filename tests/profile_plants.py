@@ -1,0 +1,29 @@
+"""Costs planted in one op class, per framework, for the profile's check
+(tests/profile_checks.py): each a context manager that, inside the framework's process,
+makes every ReLU of the model run REPEATS times over (an activation applied many times:
+all of it activation time). Each is written so that a compiler cannot fold it away."""
+from __future__ import annotations
+
+import contextlib
+
+REPEATS = 10
+
+
+@contextlib.contextmanager
+def _torch_relu():
+    import torch.nn.functional as F
+    relu = F.relu
+
+    def many(x, *args, **kwargs):
+        for _ in range(REPEATS - 1):
+            x = relu(x)
+        return relu(x, *args, **kwargs)
+    F.relu = many
+    try:
+        yield
+    finally:
+        F.relu = relu
+
+
+# framework -> the planted activation cost
+ACTIVATION = {"pytorch": _torch_relu}

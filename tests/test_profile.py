@@ -1,0 +1,146 @@
+"""benchmarks.profile's attribution (common/results/profile.py) on events whose answer is
+known, the layers' counted FLOPs against the models' own counts, every framework's rule
+table, and the command's bad input. No framework is imported here: the real profiles of
+every framework are checked in their conformance process (tests/conformance.py)."""
+import ast
+from pathlib import Path
+
+import pytest
+
+from common import models
+from common.core.contract import STEP_MARK
+from common.facts import registry
+from common.models import costs
+from common.results import profile
+from tests.conftest import usage_error
+
+RULES = (("^dlc-profile-step|^python", "container"), ("^conv$", "conv forward"),
+         ("^conv_grad$", "conv backward"), ("^relu", "activation"), ("^alloc$", "other named ops"))
+
+
+def ev(name, start, end, thread="main"):
+    return {"name": name, "start": float(start), "end": float(end), "thread": thread}
+
+
+def window(*events, lo=0, hi=1000):
+    return [ev(STEP_MARK.format(0), lo, hi), *events]
+
+
+def test_classes_and_outside_add_up_to_the_window():
+    a = profile.attribute(window(ev("conv", 100, 400), ev("relu", 400, 500),
+                                 ev("conv_grad", 600, 900)), RULES, 1)
+    assert a["classes"] == {"conv forward": 0.3, "conv backward": 0.3, "activation": 0.1}
+    assert a["outside"] == pytest.approx(0.3)
+    assert a["window_ms"] == pytest.approx(1.0)
+    assert sum(a["classes"].values()) + a["outside"] == pytest.approx(a["window_ms"])
+
+
+def test_an_ops_children_are_that_op_and_a_container_is_no_op():
+    """An allocation inside a convolution is the convolution's; a Python frame around the
+    convolution is not an op, so its own time is outside any op."""
+    a = profile.attribute(window(ev("python frame", 0, 800), ev("conv", 100, 400),
+                                 ev("alloc", 150, 200)), RULES, 1)
+    assert a["classes"] == {"conv forward": pytest.approx(0.3)}
+    assert a["outside"] == pytest.approx(0.7)
+    # planted: the frame taken for an op (its rule removed) swallows everything
+    planted = profile.attribute(window(ev("python frame", 0, 800), ev("conv", 100, 400)),
+                                RULES[1:], 1)
+    assert planted["unmapped"] == {"python frame": pytest.approx(0.8)}
+
+
+def test_concurrent_ops_on_two_threads_share_the_time():
+    a = profile.attribute(window(ev("conv", 0, 400, "t1"), ev("relu", 200, 600, "t2")), RULES, 1)
+    assert a["classes"]["conv forward"] == pytest.approx(0.3)     # 0.2 alone, 0.2 shared
+    assert a["classes"]["activation"] == pytest.approx(0.3)
+    assert a["outside"] == pytest.approx(0.4)
+
+
+def test_a_removed_rule_leaves_its_events_unmapped_and_fails_the_check():
+    events = window(ev("conv", 0, 500), ev("relu", 500, 600))
+    full = profile.attribute(events, RULES, 1)
+    assert full["unmapped"] == {} and profile.check(full) is None
+    planted = profile.attribute(events, [r for r in RULES if r[1] != "activation"], 1)
+    assert planted["unmapped"] == {"relu": pytest.approx(0.1)}
+    assert "activation" not in planted["classes"]
+    assert "relu (0.10 ms)" in profile.check(planted)
+
+
+def test_events_outside_the_window_do_not_count_and_steps_divide():
+    a = profile.attribute(window(ev("conv", -500, 200), ev("relu", 900, 1500)), RULES, 1,
+                          steps_per_window=2)
+    assert a["classes"] == {"conv forward": pytest.approx(0.1), "activation": pytest.approx(0.05)}
+    assert a["window_ms"] == pytest.approx(0.5)
+
+
+def test_a_trace_without_its_mark_is_an_error():
+    with pytest.raises(ValueError, match="lacks the marks"):
+        profile.attribute([ev("conv", 0, 10)], RULES, 1)
+
+
+def test_a_rule_outside_the_vocabulary_is_an_error():
+    with pytest.raises(profile.RuleError, match="not an op class"):
+        profile.compile_rules([("^x", "convolution")])
+
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILED = [n for n in registry.NAMES
+            if (ROOT / registry.facts(n).package.replace(".", "/") / "profile.py").exists()]
+
+
+def test_pytorch_has_a_profiler():
+    assert "pytorch" in PROFILED
+
+
+@pytest.mark.parametrize("framework", PROFILED)
+def test_every_frameworks_rules_name_known_classes(framework):
+    """Each framework's profile.py holds its rules as data; reading them imports no
+    framework (the module is parsed, not imported)."""
+    path = ROOT / registry.facts(framework).package.replace(".", "/") / "profile.py"
+    tree = ast.parse(path.read_text())
+    rules = [ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+             and any(getattr(t, "id", "") == "RULES" for t in n.targets)]
+    for table in rules:
+        profile.compile_rules(table)
+
+
+@pytest.mark.parametrize("name", models.NAMES)
+def test_the_classes_flops_add_up_to_the_models_count(name):
+    """The convolutions' and dense layers' FLOPs per class, counted from LAYERS, add up to
+    the model's TRAIN_FLOPS_PER_IMAGE (3 x the forward pass) less the first layer's input
+    gradient, which no framework computes."""
+    model = models.get(name)
+    first = model.LAYERS[0]
+    assert first["kind"] == "conv" and first["first"]
+    skipped = 2 * first["cout"] * first["hout"] ** 2 * first["cin"] * first["k"] ** 2
+    assert costs.matmul_flops(model, 4) == 4 * (model.TRAIN_FLOPS_PER_IMAGE - skipped)
+
+
+def test_a_layer_left_out_fails_the_flops_check():
+    """Planted: ResNet-18's shortcut convolutions missing from its layers."""
+    model = models.get("resnet18")
+
+    class Planted:
+        LAYERS = [lay for lay in model.LAYERS if not (lay["kind"] == "conv" and lay["k"] == 1)]
+        PARAM_SHAPES = model.PARAM_SHAPES
+    assert costs.matmul_flops(Planted, 1) < costs.matmul_flops(model, 1)
+    first = model.LAYERS[0]
+    skipped = 2 * first["cout"] * first["hout"] ** 2 * first["cin"] * first["k"] ** 2
+    assert costs.matmul_flops(Planted, 1) != model.TRAIN_FLOPS_PER_IMAGE - skipped
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--framework", "nope"], "unknown framework 'nope'"),
+    (["--model", "vgg"], "unknown model 'vgg'"),
+    (["--steps", "0"], "must be at least 1"),
+    (["--dataset", "cifar"], "unknown --dataset 'cifar'"),
+    (["--report", "/nonexistent/dir"], "is not a folder"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, says):
+    assert says in usage_error(["-m", "benchmarks.profile", *args])
+
+
+def test_a_window_that_is_not_the_wall_clocks_is_untrusted():
+    """Planted: a mark closed before the device's work ended (the window a third short)."""
+    a = profile.attribute(window(ev("conv", 0, 100_000), hi=100_000), RULES, 1)
+    assert profile.check(a, wall_ms=102) is None
+    assert "do not hold the steps' work" in profile.check(a, wall_ms=150)
