@@ -842,7 +842,13 @@ def check_ids(model_names) -> list[str]:
             for c, (_, _, per_model) in CHECKS.items() for m in _models(per_model, model_names)]
 
 
-import tests.profile_checks  # noqa: E402,F401 - registers the profile's checks
+@check(per_model=False)
+def profiles_its_steps(b):
+    """The op-level profile (tests/profile_checks.py), in this process: no start-up of its own."""
+    from tests.profile_checks import profiles_its_steps as run
+    why = run(b)
+    if why:
+        raise Skipped(why)
 
 
 def main(framework: str, out: str, *model_names: str) -> int:

@@ -15,7 +15,6 @@ from common.core.modes import MODES
 from common.core.plan import RunConfig
 from common.facts import data
 from common.results import profile
-from tests.conformance import Skipped, check
 from tests.profile_plants import ACTIVATION
 
 STEPS = 3
@@ -48,12 +47,13 @@ def _changes(before: dict, after: dict) -> dict:
     return out
 
 
-@check(per_model=False)
-def profiles_its_steps(b):
+def profiles_its_steps(b) -> str | None:
+    """The checks (AssertionError where one fails); the reason where the framework has no
+    profiler (the conformance check then shows as skipped with it)."""
     try:
         b.op_profiler("")
     except NotApplicable as e:
-        raise Skipped(str(e)) from None
+        return str(e)
     base = _profile(b)
     for cls in ("conv forward", "dense forward", "optimizer update"):
         assert base["classes"].get(cls, 0) > 0, f"no {cls} in {base['classes']}"
@@ -73,3 +73,4 @@ def profiles_its_steps(b):
     assert act > 2.0, f"ReLU x many moved activation by {act:.2f} ms: {d}"
     grew = {c: v for c, v in d.items() if c not in ("activation", profile.OUTSIDE) and v > 0.25 * act}
     assert not grew, f"ReLU x many landed in other classes: {grew} (activation +{act:.1f} ms)"
+    return None
