@@ -1,6 +1,7 @@
 """The emulated network of --launcher netns (common/launch/netns.py) on its own, no
 engine: its links carry traffic between the nodes' namespaces at the rate asked for,
 count it, and the namespaces go on every way out, a killed owner's at the next start."""
+import json
 import signal
 import subprocess
 import sys
@@ -9,89 +10,74 @@ import time
 import pytest
 
 from benchmarks import links
+from common import models
 from common.launch import netns
 from tests.conftest import ROOT, subprocess_env
 
 pytestmark = pytest.mark.skipif(netns.unavailable() is not None,
                                 reason=netns.unavailable() or "")
 
-# node 1 listens, node 0 sends it N bytes: the seconds that took, as node 0 saw them
-# once node 1 has read all of it
-SEND = """
-import socket, sys, time
-role, n = sys.argv[1], int(sys.argv[2])
-if role == "recv":
-    s = socket.create_server(("0.0.0.0", 5001)); print("up", flush=True)
-    c, _ = s.accept(); got = 0
-    while got < n:
-        got += len(c.recv(1 << 16))
-    c.sendall(b"k")
+# One node sends another (or itself) each of SIZES bytes on one connection, after an idle
+# spell (a step's compute, which refills tbf's bucket), and waits for the receiver to
+# have read all of it (echo: to send it all back, an exchange): the seconds each took, and
+# each end's link bytes sent and received meanwhile. `suite` counts them with
+# netns.counters (a process importing the suite: 0.4 s), else from the same files.
+TRAFFIC = """
+import json, socket, sys, time
+role, sizes, back, idle, where = (sys.argv[1], [int(n) for n in sys.argv[2].split(",")],
+                                  sys.argv[3], float(sys.argv[4]), sys.argv[5])
+if sys.argv[7] == "suite":
+    from common.launch.netns import counters
 else:
-    c = socket.create_connection((sys.argv[3], 5001)); t = time.perf_counter()
-    c.sendall(b"x" * n); c.recv(1); print(time.perf_counter() - t)
-"""
+    def counters(interface):
+        return {k: int(open(f"/sys/class/net/{interface}/statistics/{k}_bytes").read())
+                for k in ("tx", "rx")}
 
+def take(c, n):
+    while n:
+        n -= len(c.recv(min(n, 1 << 16)))
 
-def _send(net: netns.Network, nbytes: int, to: str) -> float:
-    recv = subprocess.Popen(net.wrap(1, [sys.executable, "-c", SEND, "recv", str(nbytes)]),
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert recv.stdout.readline().strip() == "up"
-        sent = subprocess.run(net.wrap(0, [sys.executable, "-c", SEND, "send", str(nbytes), to]),
-                              capture_output=True, text=True, timeout=60)
-        assert sent.returncode == 0, sent.stderr
-        return float(sent.stdout)
-    finally:
-        recv.kill()
-        recv.wait()
+def counted(before):
+    after = counters(sys.argv[6])
+    return {k: after[k] - before[k] for k in after}
 
-
-def _counted(net: netns.Network, node: int) -> dict:
-    out = subprocess.run(net.wrap(node, [sys.executable, "-c",
-                                         "from common.launch import netns; "
-                                         f"print(netns.counters({netns.LINK_IF!r}))"]),
-                         capture_output=True, text=True, cwd=ROOT, env=subprocess_env())
-    return eval(out.stdout)
-
-
-# node 0 sends node 1 N bytes REPEATS times on one connection, each after an idle spell
-# (a step's compute, which refills tbf's bucket): the seconds each took, as node 0 saw
-# them once node 1 had read all of it, then the bytes node 0's link sent meanwhile (its
-# counter read here: a process importing the suite costs 0.4 s)
-BURSTS = """
-import socket, sys, time
-role, n, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 if role == "recv":
     s = socket.create_server(("0.0.0.0", 5002)); print("up", flush=True)
-    c, _ = s.accept()
-    for _ in range(repeats):
-        got = 0
-        while got < n:
-            got += len(c.recv(1 << 16))
-        c.sendall(b"k")
+    c, _ = s.accept(); out = []
+    for n in sizes:
+        before = counters(sys.argv[6]); c.sendall(b"r")         # ready
+        take(c, n); c.sendall(b"k" * (n if back == "echo" else 1))
+        take(c, 1); out.append(counted(before))   # the sender has all of it: it went out
+    print(json.dumps(out))
 else:
-    tx = lambda: int(open(f"/sys/class/net/{sys.argv[6]}/statistics/tx_bytes").read())
-    c = socket.create_connection((sys.argv[4], 5002)); idle = float(sys.argv[5]); out = []
-    before = tx()
-    for _ in range(repeats):
-        time.sleep(idle); t = time.perf_counter()
-        c.sendall(b"x" * n); c.recv(1); out.append(time.perf_counter() - t)
-    print(*out, tx() - before)
+    c = socket.create_connection((where, 5002)); out = {"seconds": [], "counted": []}
+    for n in sizes:
+        take(c, 1); time.sleep(idle); before = counters(sys.argv[6]); t = time.perf_counter()
+        c.sendall(b"x" * n); take(c, n if back == "echo" else 1)
+        out["seconds"].append(time.perf_counter() - t); out["counted"].append(counted(before))
+        c.sendall(b"d")
+    print(json.dumps(out))
 """
 
 
-def _bursts(net: netns.Network, nbytes: int, repeats: int, idle: float
-            ) -> tuple[list[float], int]:
-    recv = subprocess.Popen(net.wrap(1, [sys.executable, "-c", BURSTS, "recv", str(nbytes),
-                                         str(repeats)]), stdout=subprocess.PIPE, text=True)
+def _traffic(net: netns.Network, sizes: list[int], idle: float = 0.0, echo: bool = False,
+             sender: int = 0, receiver: int = 1, suite: bool = False
+             ) -> tuple[list[float], list[dict], list[dict]]:
+    """TRAFFIC from node `sender` to node `receiver`: the seconds of each size, and each
+    end's counts of it."""
+    def argv(role, to=""):
+        return net.wrap(sender if role == "send" else receiver, [
+            sys.executable, "-c", TRAFFIC, role, ",".join(map(str, sizes)),
+            "echo" if echo else "ack", str(idle), to, netns.LINK_IF, "suite" if suite else "sys"])
+    recv = subprocess.Popen(argv("recv"), stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=subprocess_env())
     try:
         assert recv.stdout.readline().strip() == "up"
-        sent = subprocess.run(net.wrap(0, [sys.executable, "-c", BURSTS, "send", str(nbytes),
-                                           str(repeats), net.address(1), str(idle), netns.LINK_IF]),
-                              capture_output=True, text=True, timeout=60)
+        sent = subprocess.run(argv("send", net.address(receiver)), capture_output=True,
+                              text=True, timeout=60, cwd=ROOT, env=subprocess_env())
         assert sent.returncode == 0, sent.stderr
-        *seconds, tx = sent.stdout.split()
-        return [float(t) for t in seconds], int(tx)
+        got = json.loads(sent.stdout)
+        return got["seconds"], got["counted"], json.loads(recv.communicate(timeout=60)[0])
     finally:
         recv.kill()
         recv.wait()
@@ -121,14 +107,14 @@ def _shaped_to_its_rate(rate: str) -> None:
     # 0.13 s)
     idle = max(0.05, nbytes / per_sec)
     with netns.running(2, rate) as net:
-        every, sent = _bursts(net, nbytes, BURST_REPEATS, idle)
+        every, counted, _ = _traffic(net, [nbytes] * BURST_REPEATS, idle)
     seconds = min(every)
     floor = (nbytes - bucket) / per_sec
     assert seconds >= BURST_BOUND * floor, (
         f"{nbytes} bytes crossed a {rate} link in {seconds:.4f} s after an idle spell, "
         f"{seconds / floor:.2f} of the {floor:.4f} s its rate allows past a {bucket}-byte "
         "bucket: the bucket let them through at line speed")
-    assert sent >= BURST_REPEATS * nbytes        # headers on top
+    assert all(c["tx"] >= nbytes for c in counted), counted       # headers on top
     assert not [ns for ns in netns._namespaces() if net.run_id in ns]
 
 
@@ -157,19 +143,50 @@ def test_traffic_to_a_nodes_own_address_does_not_cross_its_link():
     address, or loopback) leaves its link's counters alone."""
     with netns.running(2, netns.UNSHAPED) as net:
         # both ends in node 1's namespace: node 0 is not involved
-        recv = subprocess.Popen(net.wrap(1, [sys.executable, "-c", SEND, "recv", "1000000"]),
-                                stdout=subprocess.PIPE, text=True)
-        try:
-            assert recv.stdout.readline().strip() == "up"
-            before = _counted(net, 1)
-            done = subprocess.run(net.wrap(1, [sys.executable, "-c", SEND, "send", "1000000",
-                                               net.address(1)]), capture_output=True, timeout=60)
-            after = _counted(net, 1)
-        finally:
-            recv.kill()
-            recv.wait()
-    assert done.returncode == 0
-    assert after["tx"] - before["tx"] < 10_000, (before, after)
+        _, counted, _ = _traffic(net, [1_000_000], sender=1, receiver=1)
+    assert counted[0]["tx"] < 10_000, counted
+
+
+# The byte check (netns.carried) against known volumes of real traffic: two nodes
+# exchange SHARE x P bytes each way a step (a 2-node ring all-reduce sends P each way)
+# for KNOWN_STEPS steps, counted by netns.counters on each node's link. The bound is
+# LEAST_SHARE (0.75) of 2(n-1) x P a step, headers included: 1.0 and 0.8 must pass it,
+# 0.7 and 0.5 (half the gradients sent elsewhere) fail it.
+KNOWN_STEPS, PASSING, FAILING = 3, (1.0, 0.8), (0.7, 0.5)
+
+
+@pytest.fixture(scope="module")
+def known_volumes() -> dict[float, list[dict]]:
+    """Each share's volume exchanged once: share -> both nodes' counters of it."""
+    shares = PASSING + FAILING
+    per_step = models.param_bytes("lenet")
+    with netns.running(2, netns.UNSHAPED) as net:
+        _, sender, receiver = _traffic(net, [int(s * per_step * KNOWN_STEPS) for s in shares],
+                                       echo=True, suite=True)
+    return {share: [sender[i], receiver[i]] for i, share in enumerate(shares)}
+
+
+def _holds_the_known_volumes(known_volumes) -> None:
+    def short(share):
+        return netns.carried(known_volumes[share], 2, models.get("lenet"), KNOWN_STEPS)["short"]
+    for share in PASSING:
+        assert short(share) is None, f"{share} of the gradients' traffic: {short(share)}"
+    for share in FAILING:
+        assert short(share) and "did not cross the link" in short(share), (
+            f"{share} of the gradients' traffic crossed the links and the byte check passed it")
+
+
+def test_the_byte_check_passes_a_full_volume_and_fails_a_part(known_volumes):
+    _holds_the_known_volumes(known_volumes)
+
+
+def test_the_known_volumes_fail_a_byte_check_whose_bound_is_halved(known_volumes,
+                                                                   monkeypatch):
+    """Planted: the bound half of what it is (the former one, (n-1) x P a step), which
+    passes an engine that sends half its gradients elsewhere."""
+    monkeypatch.setattr(netns, "LEAST_SHARE", netns.LEAST_SHARE / 2)
+    with pytest.raises(AssertionError, match="crossed the links and the byte check passed"):
+        _holds_the_known_volumes(known_volumes)
 
 
 def test_the_network_goes_when_its_block_fails():
