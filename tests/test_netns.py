@@ -90,10 +90,16 @@ SHAPED_RATES = sorted({r for _, _, rates in links.DEFAULTS.values() for r in rat
 # (10 b - b) / rate (what tbf counts has headers on top), with a bucket B at least
 # (10 b - B) / rate, so the bound, 0.7 of the former, passes a bucket up to 3.7 b and fails
 # a larger one (one 8 b big: 0.22 of it, plus headers). Measured on the 2-core EPYC,
-# alone and beside two busy loops: right 1.05-1.34 of (10 b - b) / rate, 8 b 0.28-0.54 at
+# alone and beside two busy loops: right 1.05-1.38 of (10 b - b) / rate, 8 b 0.28-0.54 at
 # 10mbit, 100mbit and 1gbit. Load only slows a transfer: the least of 3 repeats is taken,
 # so that the planted bucket's fastest shows.
 BURST_BUCKETS, BURST_BOUND, BURST_REPEATS = 10, 0.7, 3
+
+
+def _right_bucket(per_sec: float) -> int:
+    """The bucket the link should have: 2 ms of its rate, at least 16 KB (docs/nodes.md),
+    written out here, not read from netns, so that a wrong bucket there shows."""
+    return max(16 * 1024, int(per_sec * 0.002))
 
 
 def _shaped_to_its_rate(rate: str) -> None:
@@ -101,7 +107,7 @@ def _shaped_to_its_rate(rate: str) -> None:
     BURST_BUCKETS right buckets takes at least BURST_BOUND of the time the rate allows
     after one bucket passed at once; the link counts the bytes."""
     per_sec = netns.rate_bits(rate) / 8
-    bucket = max(netns.BURST_MIN, int(per_sec * netns.BURST_SEC))
+    bucket = _right_bucket(per_sec)
     nbytes = BURST_BUCKETS * bucket
     # refills a bucket as large as the burst (no larger one lets more through; 10mbit:
     # 0.13 s)
