@@ -351,14 +351,15 @@ def test_the_nodes_check_fails_when_a_node_skips_its_share_of_the_all_reduce(tmp
         _same_params(planted["param_fingerprint"], fingerprint, "planted")
 
 
-# A planted bug: every node's DDP hands its gradients to a peer on its own loopback (an
-# echo server in the same process) instead of the other node, so the run trains, talks,
-# and nothing crosses its link.
-TALKS_OVER_LOOPBACK = """
+# A planted bug: every node's DDP all-reduces the first half of its gradients with the
+# other node and hands the second half to a peer on its own loopback (an echo server in
+# the same process), so the run trains, talks, and half of what it should crosses its link.
+HALF_OVER_LOOPBACK = """
 import os
 if os.environ.get("TORCHELASTIC_RUN_ID"):
     import socket, threading
     import torch
+    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     server = socket.create_server(("127.0.0.1", 0))
 
@@ -370,9 +371,11 @@ if os.environ.get("TORCHELASTIC_RUN_ID"):
     peer = socket.create_connection(server.getsockname())
     _init = DDP.__init__
 
-    def _loopback(state, bucket):
+    def _half_over_loopback(state, bucket):
         grads = bucket.buffer()
-        raw = grads.numpy().tobytes()
+        half = grads.numel() // 2
+        dist.all_reduce(grads[:half])                 # across the link
+        raw = grads[half:].numpy().tobytes()          # over the loopback
         peer.sendall(raw)
         back = bytearray()
         while len(back) < len(raw):
@@ -383,23 +386,31 @@ if os.environ.get("TORCHELASTIC_RUN_ID"):
 
     def __init__(self, *args, **kwargs):
         _init(self, *args, **kwargs)
-        self.register_comm_hook(None, _loopback)
+        self.register_comm_hook(None, _half_over_loopback)
     DDP.__init__ = __init__
 """
 
 
 @NEEDS_NETNS
-def test_the_link_check_fails_when_the_nodes_talk_over_their_own_loopback(tmp_path):
+def test_the_link_check_fails_when_half_the_gradients_go_over_the_nodes_loopback(
+        tmp_path, monkeypatch):
     """The byte check of an emulated run (common/launch/netns.carried): the engine
-    exchanges the gradients' bytes each step, but over each node's loopback."""
+    exchanges the gradients' bytes each step, but half of them over each node's loopback.
+    Its links carry half of 2(n-1) x P a step, which the byte check's bound halved (the
+    former one) passes."""
     if "pytorch" not in covered():
         pytest.skip("needs pytorch")
-    planted = planted_run(tmp_path, TALKS_OVER_LOOPBACK, _lenet_glorot_config(
+    planted = planted_run(tmp_path, HALF_OVER_LOOPBACK, _lenet_glorot_config(
         "pytorch", "native", 1, steps_per_epoch=STEPS, nodes=2, join_timeout=JOIN_TIMEOUT,
         **NODES))
     assert planted["status"] == "failed", planted.get("error")
     assert "the traffic did not cross the link" in planted["error"]
-    assert sum(planted["link"]["tx_bytes"]) < planted["link"]["least_bytes"]
+    link = planted["link"]
+    full = 2 * (2 - 1) * link["gradient_bytes"] * link["timed_steps"]
+    assert 0.45 < sum(link["tx_bytes"]) / full < 0.6, (link, full)     # half, headers on top
+    monkeypatch.setattr(netns, "LEAST_SHARE", netns.LEAST_SHARE / 2)
+    counted = [{"tx": tx, "rx": rx} for tx, rx in zip(link["tx_bytes"], link["rx_bytes"])]
+    assert netns.carried(counted, 2, models.get("lenet"), link["timed_steps"])["short"] is None
 
 
 # Planted bugs, in every process of a run, by engine: each node trains alone, its engine

@@ -233,17 +233,25 @@ def counters(interface: str) -> dict[str, int]:
     return {k: int((stats / f"{k}_bytes").read_text()) for k in ("tx", "rx")}
 
 
+# The byte check's bound, as a share of the 2(n-1) x P a step that both kinds of engine
+# move over all the links: measured runs carried 1.002-1.084 of it (headers on top; every
+# record in docs/results/links), and an engine that sends half its gradients elsewhere
+# (over a node's own loopback) about 0.5, so three quarters sits 1.3x or more from both.
+# Half, the former bound, passed that engine.
+LEAST_SHARE = 0.75
+
+
 def carried(per_node: list[dict | None], nodes: int, model, steps: int) -> dict:
     """What the links carried in the timed epochs (each node's bytes sent and received),
     beside the least that data parallelism must send: `short` says why not, else None.
-    Both engines here move about 2(n-1) x P bytes over all the links per step, P the
-    gradients' bytes (a ring all-reduce sends 2(n-1)/n x P from each of n nodes; a
-    parameter server per node has each worker push (n-1)/n x P to the other nodes'
-    servers and pull as much back); half of it is the bound, so that framing and
-    uneven shards never trip it while traffic that went elsewhere (over a node's own
-    loopback) does."""
+    Both engines here move 2(n-1) x P bytes over all the links per step, P the gradients'
+    bytes (a ring all-reduce sends 2(n-1)/n x P from each of n nodes; with parameter
+    servers, each worker pushes every key that another node serves and pulls it back,
+    2 x P x (n-1)/n a worker whichever node serves it); LEAST_SHARE of that is the bound,
+    so that headers never trip it while a part of the traffic that went elsewhere (over
+    a node's own loopback) does."""
     gradient = models.param_bytes(model.NAME)
-    least = (nodes - 1) * gradient * steps
+    least = int(LEAST_SHARE * 2 * (nodes - 1) * gradient * steps)
     out = {"tx_bytes": [c and c["tx"] for c in per_node],
            "rx_bytes": [c and c["rx"] for c in per_node], "gradient_bytes": gradient,
            "timed_steps": steps, "least_bytes": least, "short": None}
@@ -252,7 +260,7 @@ def carried(per_node: list[dict | None], nodes: int, model, steps: int) -> dict:
         out["short"] = "a node's lead did not count its link's bytes"
     elif sent < least:
         out["short"] = (f"the nodes' links carried {sent} bytes in the {steps} timed steps, less "
-                        f"than the {least} that (n-1) x the gradients' {gradient} bytes per step "
-                        "need: the traffic did not cross the link (it went over a node's own "
-                        "loopback?)")
+                        f"than {least}, {LEAST_SHARE:g} of the 2(n-1) x {gradient} bytes a step "
+                        "that an all-reduce of the gradients moves: the traffic did not cross "
+                        "the link (some of it went over a node's own loopback?)")
     return out
