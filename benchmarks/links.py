@@ -200,6 +200,14 @@ def merge(into: Path, new: Path) -> list[Path]:
         raise UsageError(f"--merge {new} is not a links results folder (no command.txt)")
     files = [f for f in sorted(new.rglob("*.json"))      # records, probes, comparisons
              if f.relative_to(new).parts[0] in (*models.NAMES, "ps")]
+    from .links_report import load
+    ours, theirs = load(into)["models"], load(new)["models"]
+    for model in set(ours) & set(theirs):
+        if None not in (ours[model]["batch"], theirs[model]["batch"]) and \
+                ours[model]["batch"] != theirs[model]["batch"]:
+            raise UsageError(f"--merge {new}: its {model} node runs are at per-device batch "
+                             f"{theirs[model]['batch']}, {into}'s at {ours[model]['batch']} "
+                             "(one page, one batch); nothing copied")
     there = [f.relative_to(new) for f in files if (into / f.relative_to(new)).exists()]
     if there:
         raise UsageError(f"--merge {new}: {there[0]} is already in {into} (not replaced; "

@@ -266,7 +266,7 @@ def predictions(data: dict, fit_rate: str) -> list[dict]:
         b, p = m["batch"], models.param_bytes(model)
         fit_bytes_s = netns.rate_bits(fit_rate) / 8
         probe_fit = probe_sec(m["probes"].get(fit_rate))
-        if not probe_fit:
+        if not probe_fit or b is None:        # b None: node runs at several batches
             continue
         eff = ring_bytes(p, 2) / probe_fit / fit_bytes_s
         fits = {}

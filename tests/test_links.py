@@ -317,4 +317,12 @@ def test_merge_adds_a_folders_records_and_never_replaces_one(tmp_path, capsys):
     assert links.main(["--report", str(tmp_path / "a"), "--merge", str(new)]) == 2
     err = capsys.readouterr().err
     assert "already in" in err and len(err.strip().splitlines()) == 1, err
+    # node runs at another per-device batch than the page's: refused too
+    other = tmp_path / "c" / "lenet" / "n2-20mbit"
+    other.mkdir(parents=True)
+    (other / "pytorch-native-2nodes-1dev.json").write_text(json.dumps(
+        _record("pytorch", 128, 1.0, 2, "20mbit", sent=[P, P])))
+    (tmp_path / "c" / "command.txt").write_text("python -m benchmarks.links --out C")
+    assert links.main(["--report", str(tmp_path / "a"), "--merge", str(tmp_path / "c")]) == 2
+    assert "per-device batch 64" in capsys.readouterr().err
     assert sorted(str(f) for f in (tmp_path / "a").rglob("*")) == before
