@@ -329,9 +329,10 @@ def compute_table(m: dict) -> list[str]:
            "|---|---|" + "---|" * len(batches)]
     for fw, errs in held.items():
         t1 = dict(m["compute"][fw])
-        out.append(" | ".join([f"| {fw}", ", ".join(_ms(t1[b]) for b in batches),
-                               *(" / ".join(_pct(errs[b][n]) for n in LAWS) for b in batches)])
-                   + " |")
+        # an engine may lack a batch that another has (compute runs merged for one engine)
+        out.append(" | ".join([f"| {fw}", ", ".join(_ms(t1.get(b)) for b in batches),
+                               *(" / ".join(_pct(errs[b][n]) for n in LAWS) if b in errs
+                                 else "-" for b in batches)]) + " |")
     return out
 
 
@@ -343,9 +344,10 @@ def misses(preds: list[dict], data: dict) -> list[str]:
     for p in preds:
         r = p["row"]
         if "why" not in p and p["t2_share"] >= T2_SHARE and abs(p["err"]) > WITHIN:
+            servers = {None: "ring", "per-node": "a server per node", "one": "one server"}
             out.append(f"| step | {r.model} {r.framework}, {r.nodes} nodes, "
-                       f"{ {None: 'ring', 'per-node': 'a server per node', 'one': 'one server'}[r.placement]}, "
-                       f"{r.rate} | {_pct(p['err'])} (t2 {100 * p['t2_share']:.0f} % of the step) |")
+                       f"{servers[r.placement]}, {r.rate} | {_pct(p['err'])} "
+                       f"(t2 {100 * p['t2_share']:.0f} % of the step) |")
     for model, m in data["models"].items():
         for fw, errs in compute_out_of_sample(m).items():
             err = errs.get(m["batch"], {}).get("a + c b")

@@ -286,6 +286,10 @@ def test_a_bending_law_is_recovered_out_of_sample():
     assert all(abs(held[b]["k b^alpha"]) < 1e-9 for b in law), held
     assert max(abs(held[b]["a + c b"]) for b in law) > 0.3, held
     assert predict.PowerLaw(list(law.items()))(1024) == pytest.approx(2e-4 * 1024 ** 1.3)
+    # one engine run at a batch the others were not (compute runs merged for it alone)
+    m["compute"]["tensorflow"] = [*law.items(), (64, 2e-4 * 64 ** 1.3)]
+    row = next(r for r in links_report.compute_table(m) if r.startswith("| jax"))
+    assert row.split(" | ")[1] == "18.1, -, 110, 665" and row.split(" | ")[3] == "-", row
 
 
 # --- adding runs to a folder ---
