@@ -15,12 +15,16 @@ then, on the slow --ps-rate link, the parameter server (MXNet, a server per node
 server) against a ring (PyTorch's DDP) at each --ps-nodes count. DIR/links.md (tables,
 the predictor validated across links out of sample) and DIR/links-<model>.png, rebuilt
 from the records alone with --report DIR. Runs are compare's own processes (records and
-reports in DIR/<model>/...); a failed or not-applicable run is a row that says so."""
+reports in DIR/<model>/...); a failed or not-applicable run is a row that says so.
+--runs picks which of the three kinds run (compute, nodes, ps), so that a folder can
+add rows to another: `--report DIR --merge NEW` copies NEW's records into DIR (never
+over one already there) and rebuilds DIR's page from both."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -40,10 +44,13 @@ PS = "mxnet"
 PLACEMENTS = ("per-node", "one")
 PROBE_REPEATS = 5
 PROBE_IFNAME = netns.LINK_IF    # the interface gloo's probe binds (tests plant another)
-# per model: the per-device batch of the node runs, the compute batches and the rates
-# (ResNet-18's 45 MB of gradients take 36 s a step at 10 Mbit/s: left out by default)
+RUNS = ("compute", "nodes", "ps")
+# per model: the per-device batch of the node runs, the compute batches and the rates.
+# Each model has two slow rates, t2 well above 30 % of the step, so that the predictor
+# fitted at one (--fit-rate, 100mbit) is validated at the other; ResNet-18's 45 MB of
+# gradients take 36 s a step at 10 Mbit/s, 8 s at 50 (1.7-6.6 s of compute)
 DEFAULTS = {"lenet": (128, "32,128,512", "10mbit,100mbit,1gbit,unshaped"),
-            "resnet18": (32, "8,32,64", "100mbit,1gbit,unshaped")}
+            "resnet18": (32, "8,32,64", "50mbit,100mbit,1gbit,unshaped")}
 
 
 def _rates(text: str) -> list[str]:
@@ -79,11 +86,18 @@ def build_parser() -> argparse.ArgumentParser:
                    type=int_list("--ps-nodes", "node counts like 2,3,4", "2 or more", least=1),
                    help="node counts of the parameter server against ring runs (LeNet)")
     p.add_argument("--ps-rate", type=_rates, default=["10mbit"], help="their link rate")
+    p.add_argument("--runs", default=",".join(RUNS),
+                   help="which runs: compute (t1), nodes (the 2-node steps and probes at "
+                        "each rate), ps (parameter server against ring); a comma-separated "
+                        "list, to add rows to another folder (--merge)")
     p.add_argument("--fit-rate", default="100mbit",
                    help="the rate the predictor fits the link at (the others validate it)")
     p.add_argument("--out", default=None, help="results folder (default: results/links-<time>)")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="rebuild DIR/links.md and its plots from DIR's records; runs nothing")
+    p.add_argument("--merge", default=None, metavar="NEW,...",
+                   help="with --report: first copy these links folders' records into DIR "
+                        "(a record already in DIR is never replaced: an error, nothing copied)")
     return p
 
 
@@ -101,6 +115,7 @@ def probe(out: Path, nodes: int, rate: str, nbytes: int, timeout: float = 600) -
     """t2 alone: benchmarks.link_probe on `nodes` emulated nodes at `rate`; its JSON
     (or the error) in `out`."""
     started = time.monotonic()
+    out.parent.mkdir(parents=True, exist_ok=True)     # no compute run made it (--runs nodes)
     with netns.running(nodes, rate) as net:
         procs = [subprocess.Popen(net.wrap(n, [
             sys.executable, "-m", "benchmarks.link_probe", str(n), str(nodes), net.address(0),
@@ -122,6 +137,7 @@ def probe(out: Path, nodes: int, rate: str, nbytes: int, timeout: float = 600) -
 def run(args, out: Path) -> int:
     code = 0
     frameworks = names(args.framework, ENGINES, "framework")
+    runs = names(args.runs, RUNS, "runs")
     for model in names(args.model, models.NAMES, "model"):
         b, compute_batches, rates = DEFAULTS[model]
         b = args.batch_per_device or b
@@ -129,17 +145,17 @@ def run(args, out: Path) -> int:
         rates = args.rates or rates.split(",")
         steps = str(args.steps_per_epoch or (8 if model == "lenet" else 3))
         base = out / model
-        for c in batches:
+        for c in batches if "compute" in runs else []:
             code = max(code, compare(base / f"compute-b{c}", frameworks, model, [
                 "--batch-size", str(c), "--devices", "1", "--cores-per-device", "1",
                 "--steps-per-epoch", steps]))
-        for rate in rates:
+        for rate in rates if "nodes" in runs else []:
             probe(base / f"probe-n2-{rate}.json", 2, rate, models.param_bytes(model))
             code = max(code, compare(base / f"n2-{rate}", frameworks, model, [
                 "--batch-size", str(2 * b), "--devices", "1", "--cores-per-device", "1",
                 "--nodes", "2", "--launcher", "netns", "--link", rate,
                 "--steps-per-epoch", steps]))
-    if args.ps_nodes and "lenet" in names(args.model, models.NAMES, "model"):
+    if args.ps_nodes and "ps" in runs and "lenet" in names(args.model, models.NAMES, "model"):
         b = args.batch_per_device or DEFAULTS["lenet"][0]
         rate = args.ps_rate[0]
         for n in args.ps_nodes:
@@ -158,6 +174,7 @@ def resolve(args) -> None:
     """Bad options (UsageError) before anything runs or is written."""
     names(args.framework, ENGINES, "framework")
     names(args.model, models.NAMES, "model")
+    names(args.runs, RUNS, "runs")
     netns.rate_bits(args.fit_rate)        # ValueError: not a rate
     why = netns.unavailable()
     if why:
@@ -175,6 +192,35 @@ def measure(args, _, out: Path) -> int:
     return max(code, write_page(out, args.fit_rate))
 
 
+def merge(into: Path, new: Path) -> list[Path]:
+    """Copy the links folder new's records (compute and node runs, probes) into `into`,
+    nothing if any is already there (UsageError naming it); new's command line is added to
+    into's command.txt. The files copied."""
+    if not (new / "command.txt").is_file():
+        raise UsageError(f"--merge {new} is not a links results folder (no command.txt)")
+    files = [f for f in sorted(new.rglob("*.json"))      # records, probes, comparisons
+             if f.relative_to(new).parts[0] in (*models.NAMES, "ps")]
+    from .links_report import load
+    ours, theirs = load(into)["models"], load(new)["models"]
+    for model in set(ours) & set(theirs):
+        if None not in (ours[model]["batch"], theirs[model]["batch"]) and \
+                ours[model]["batch"] != theirs[model]["batch"]:
+            raise UsageError(f"--merge {new}: its {model} node runs are at per-device batch "
+                             f"{theirs[model]['batch']}, {into}'s at {ours[model]['batch']} "
+                             "(one page, one batch); nothing copied")
+    there = [f.relative_to(new) for f in files if (into / f.relative_to(new)).exists()]
+    if there:
+        raise UsageError(f"--merge {new}: {there[0]} is already in {into} (not replaced; "
+                         "merge only runs the folder lacks)")
+    for f in files:
+        (into / f.relative_to(new)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, into / f.relative_to(new))
+    command = into / "command.txt"
+    lines = command.read_text().strip().splitlines() if command.is_file() else []
+    command.write_text("\n".join([*lines, (new / "command.txt").read_text().strip()]) + "\n")
+    return files
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--report" in argv or any(a.startswith("--report=") for a in argv):
@@ -183,6 +229,9 @@ def main(argv=None) -> int:
             if not Path(args.report).is_dir():
                 raise UsageError(f"--report {args.report} is not a folder; give a links "
                                  "results folder")
+            for new in (args.merge or "").split(","):
+                if new:
+                    merge(Path(args.report), Path(new))
         except UsageError as e:
             print(f"links: error: {e}", file=sys.stderr)
             return 2

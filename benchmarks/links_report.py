@@ -4,15 +4,19 @@ Measured (each figure from the run's records): t1, one device's step alone at th
 runs' per-device batch; t2, the probe's all-reduce of the gradients alone on the link;
 each engine's step on 2 nodes; the bytes each node's link sent per timed step. Computed
 from them, and labelled so: exposed communication (step - t1), hidden (t1 + t2 - step),
-the formulas' bytes, the per-device batch from which t1 >= 1.2 x t2 (t1 fitted as
+the formulas' bytes (MXNet's parameter server: from its key-to-server assignment,
+benchmarks.kvstore), the per-device batch from which t1 >= 1.2 x t2 (t1 fitted as
 a + c x b to the compute runs), and the predictor's steps.
 
 The predictor, validated out of sample: t1 fitted to the compute runs at every batch
 but the node runs' own; the link's efficiency (bytes per second over the rate's) fitted
 to the probe at --fit-rate only, and each engine's own per-step cost o to its step
-there; each other rate's and node count's step predicted as t1 + o + the busiest link's
+there; each other rate's and node count's step predicted as t1 + o + the exchange's
 bytes / (efficiency x rate) and set against the measured one, beside what a t2 = 0
-model (the step is t1) predicts."""
+model (the step is t1) predicts. The exchange's bytes: a ring's per node; a parameter
+server's key-by-key pushpull, which keeps the links busy longer than its busiest link's
+bytes (a key's answers wait for every worker's push of it: benchmarks.kvstore). t1's
+own law is validated apart: each compute batch predicted from the others."""
 from __future__ import annotations
 
 import io
@@ -27,9 +31,12 @@ from common.launch import netns
 from common.reports.runs import colour, machine_lines, save_figure
 from common.results.record import RecordError, load_records
 
-from .predict import RULE, Compute, step_sec
+from . import kvstore
+from .predict import RULE, Compute, PowerLaw, step_sec
 
 MB = 1e6
+WITHIN = 0.20            # the predictor's bound on the rows where t2 is a fair part of the step
+T2_SHARE = 0.30          # ... at least this share of the measured step
 
 
 def ring_bytes(p: int, n: int) -> float:
@@ -37,11 +44,26 @@ def ring_bytes(p: int, n: int) -> float:
     return 2 * (n - 1) / n * p
 
 
-def busiest_bytes(p: int, n: int, placement: str | None) -> float:
-    """The busiest link's bytes sent a step: a ring's (every node alike); a server on every
-    node pushes (n-1)/n x p to the others' servers and answers their pulls as much (as a
-    ring); one server sends every other worker the p it pulls."""
-    return (n - 1) * p if placement == "one" else ring_bytes(p, n)
+def sent_bytes(model: str, n: int, placement: str | None) -> list[float]:
+    """Each node's bytes sent a step: a ring's 2(n-1)/n x P on every node; MXNet's
+    parameter server's from its keys' servers (benchmarks.kvstore.sent_bytes)."""
+    if placement is None:
+        return [ring_bytes(models.param_bytes(model), n)] * n
+    return [float(b) for b in kvstore.sent_bytes(kvstore.key_sizes(model), n, placement)]
+
+
+def busiest_bytes(model: str, n: int, placement: str | None) -> float:
+    """The busiest link's bytes sent a step (sent_bytes' largest)."""
+    return max(sent_bytes(model, n, placement))
+
+
+def exchange_bytes(model: str, n: int, placement: str | None) -> float:
+    """How long a step's gradient exchange keeps the links busy, in one link's bytes: a
+    ring's busiest link (its bytes flow without waiting); a parameter server's key-by-key
+    pushpull (benchmarks.kvstore.exchange_bytes: a key's answers wait for its pushes)."""
+    if placement is None:
+        return ring_bytes(models.param_bytes(model), n)
+    return kvstore.exchange_bytes(kvstore.key_sizes(model), n, placement)
 
 
 def _records(folder: Path) -> list[dict]:
@@ -186,31 +208,55 @@ def lesson_table(model: str, m: dict) -> list[str]:
 
 
 def ps_table(data: dict) -> list[str]:
-    p = models.param_bytes("lenet")
-    out = ["| nodes | engine | servers | link | step ms | sent MB/step (each node) | busiest "
-           "link formula MB | probe t2 ms (ring) |", "|---|---|---|---|---|---|---|---|"]
+    out = ["| nodes | engine | servers | link | step ms | sent MB/step (each node) | calculated "
+           "MB/step (largest first) | measured / calculated, largest first | exchange MB "
+           "(key by key) | probe t2 ms (ring) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in sorted(data["ps"], key=lambda r: (r.nodes, r.placement or "", r.framework)):
         servers = {None: "- (ring)", "per-node": "one per node",
                    "one": "one (node 0)"}[row.placement]
         if not row.ok:
             out.append(f"| {row.nodes} | {row.framework} | {servers} | {row.rate} | "
-                       f"{row.record['status']} | | | |")
+                       f"{row.record['status']} | | | | | |")
             continue
         sent = row.sent()
+        calc = sorted(sent_bytes(row.model, row.nodes, row.placement), reverse=True)
         out.append(" | ".join([
             f"| {row.nodes}", row.framework, servers, row.rate, _ms(row.step),
             "-" if not sent else ", ".join(f"{s / MB:.2f}" for s in sent),
-            f"{busiest_bytes(p, row.nodes, row.placement) / MB:.2f}",
+            ", ".join(f"{c / MB:.2f}" for c in calc),
+            "-" if not sent else ", ".join(f"{m / c:.2f}" for m, c in zip(
+                sorted(sent, reverse=True), calc)),
+            f"{exchange_bytes(row.model, row.nodes, row.placement) / MB:.2f}",
             _ms(probe_sec(data["ps_probes"].get(row.nodes))) + " |"]))
+    return out
+
+
+def sent_misses(rows: list[Row], calculate=None, within: float = 0.10) -> list[str]:
+    """Rows whose nodes' measured bytes sent a step (largest first) are not within
+    `within` of the calculated loads (largest first; which node a server rank lands on
+    is ps-lite's choice): each as a line naming the row and the worst node. Framing
+    adds 2-8 % (measured on the ring's rows)."""
+    calculate = calculate or sent_bytes
+    out = []
+    for row in rows:
+        sent = row.sent() if row.ok else None
+        if not sent:
+            continue
+        calc = sorted(calculate(row.model, row.nodes, row.placement), reverse=True)
+        worst = max((m / c - 1 for m, c in zip(sorted(sent, reverse=True), calc)), key=abs)
+        if abs(worst) > within:
+            out.append(f"{row.framework} {row.placement or 'ring'} at {row.nodes} nodes: "
+                       f"a node {100 * worst:+.0f} % from its calculated bytes")
     return out
 
 
 def predictions(data: dict, fit_rate: str) -> list[dict]:
     """Every shaped row but those at fit_rate, predicted as
 
-        step = t1 + o + busiest link's bytes / (efficiency x rate)
+        step = t1 + o + exchange bytes / (efficiency x rate)
 
-    t1 fitted to the compute runs at every batch but the node runs' own (x n / cores
+    the exchange's bytes: a ring's busiest link; MXNet's parameter server's key-by-key
+    pushpull from its keys' servers (exchange_bytes); t1 fitted to the compute runs at every batch but the node runs' own (x n / cores
     where n nodes share fewer cores); the link's efficiency from the probe at fit_rate; o,
     what the engine adds to a step beyond compute and the link (its collective's own
     work, the nodes' contention for the machine; negative where it hides communication
@@ -220,7 +266,7 @@ def predictions(data: dict, fit_rate: str) -> list[dict]:
         b, p = m["batch"], models.param_bytes(model)
         fit_bytes_s = netns.rate_bits(fit_rate) / 8
         probe_fit = probe_sec(m["probes"].get(fit_rate))
-        if not probe_fit:
+        if not probe_fit or b is None:        # b None: node runs at several batches
             continue
         eff = ring_bytes(p, 2) / probe_fit / fit_bytes_s
         fits = {}
@@ -229,8 +275,8 @@ def predictions(data: dict, fit_rate: str) -> list[dict]:
             at_fit = [r for r in m["rows"] if r.framework == fw and r.rate == fit_rate and r.ok]
             if len(held) >= 2 and at_fit:
                 t1 = Compute(held)
-                fits[fw] = (t1, at_fit[0].step - t1(b) - busiest_bytes(
-                    p, 2, at_fit[0].placement) / (eff * fit_bytes_s))
+                fits[fw] = (t1, at_fit[0].step - t1(b) - exchange_bytes(
+                    model, 2, at_fit[0].placement) / (eff * fit_bytes_s))
         for row in [*m["rows"], *(data["ps"] if model == "lenet" else [])]:
             if not row.ok or row.rate == fit_rate:
                 continue
@@ -244,7 +290,7 @@ def predictions(data: dict, fit_rate: str) -> list[dict]:
             share = 1.0 if row.record.get("cores_per_device") else max(1.0, row.nodes / cores)
             t1 = share * t1_fit(row.record["batch_size"] // row.nodes)
             rate = netns.rate_bits(row.rate) / 8
-            t2 = busiest_bytes(p, row.nodes, row.placement) / (eff * rate)
+            t2 = exchange_bytes(model, row.nodes, row.placement) / (eff * rate)
             t1_measured = dict(m["compute"].get(row.framework, [])).get(b)
             probe = (data["ps_probes"] if row in data["ps"] else m["probes"])
             t2_probe = probe_sec(probe.get(row.nodes if row in data["ps"] else row.rate))
@@ -256,6 +302,59 @@ def predictions(data: dict, fit_rate: str) -> list[dict]:
                          if t2_probe else None,
                          "t2_share": t2 / row.step})
     return rows
+
+
+LAWS = {"a + c b": Compute, "k b^alpha": PowerLaw}
+
+
+def compute_out_of_sample(m: dict, laws: dict = LAWS) -> dict[str, dict[int, dict]]:
+    """Per engine with three or more compute batches: each batch's t1 predicted by each
+    law fitted to the other batches alone, as that prediction's error."""
+    out = {}
+    for fw, points in sorted(m["compute"].items()):
+        if len({b for b, _ in points}) < 3:
+            continue
+        out[fw] = {b: {name: law([p for p in points if p[0] != b])(b) / t - 1
+                       for name, law in laws.items()} for b, t in sorted(points)}
+    return out
+
+
+def compute_table(m: dict) -> list[str]:
+    held = compute_out_of_sample(m)
+    if not held:
+        return []
+    batches = sorted({b for errs in held.values() for b in errs})
+    out = ["| engine | t1 ms at " + ", ".join(map(str, batches)) + " | " + " | ".join(
+        f"{b} from the others: {' / '.join(LAWS)}" for b in batches) + " |",
+           "|---|---|" + "---|" * len(batches)]
+    for fw, errs in held.items():
+        t1 = dict(m["compute"][fw])
+        # an engine may lack a batch that another has (compute runs merged for one engine)
+        out.append(" | ".join([f"| {fw}", ", ".join(_ms(t1.get(b)) for b in batches),
+                               *(" / ".join(_pct(errs[b][n]) for n in LAWS) if b in errs
+                                 else "-" for b in batches)]) + " |")
+    return out
+
+
+def misses(preds: list[dict], data: dict) -> list[str]:
+    """Where the predictor is not within WITHIN: every validated row whose t2 is at least
+    T2_SHARE of the measured step, and t1 at the node runs' batch from the other batches
+    (the predictor's t1), as table rows."""
+    out = []
+    for p in preds:
+        r = p["row"]
+        if "why" not in p and p["t2_share"] >= T2_SHARE and abs(p["err"]) > WITHIN:
+            servers = {None: "ring", "per-node": "a server per node", "one": "one server"}
+            out.append(f"| step | {r.model} {r.framework}, {r.nodes} nodes, "
+                       f"{servers[r.placement]}, {r.rate} | {_pct(p['err'])} "
+                       f"(t2 {100 * p['t2_share']:.0f} % of the step) |")
+    for model, m in data["models"].items():
+        for fw, errs in compute_out_of_sample(m).items():
+            err = errs.get(m["batch"], {}).get("a + c b")
+            if err is not None and abs(err) > WITHIN:
+                out.append(f"| t1 | {model} {fw} at batch {m['batch']} from the others | "
+                           f"{_pct(err)} |")
+    return out
 
 
 def prediction_table(preds: list[dict]) -> list[str]:
@@ -338,10 +437,12 @@ def write_page(out: Path, fit_rate: str) -> int:
     if not data["records"]:
         print(f"links: error: no compare records under {out}", flush=True)
         return 2
-    command = (out / "command.txt").read_text().strip() if (out / "command.txt").is_file() else "?"
+    # a line per run whose records the folder holds (--merge adds lines)
+    commands = [c for c in ((out / "command.txt").read_text().splitlines()
+                            if (out / "command.txt").is_file() else []) if c.strip()] or ["?"]
     lines = [f"# Compute against communication on emulated links", "",
-             f"Command: `{command}`; page rebuilt with `python -m benchmarks.links --report "
-             f"{out}` (fit rate {fit_rate}).", "", *machine_lines(data["records"]), ""]
+             "Command: " + "; ".join(f"`{c.strip()}`" for c in commands) + "; page rebuilt "
+             f"with `python -m benchmarks.links --report {out}` (fit rate {fit_rate}).", "", *machine_lines(data["records"]), ""]
     for model, m in data["models"].items():
         p = models.param_bytes(model)
         lines += [f"## {model}: 2 nodes, 1 core each, per-device batch {m['batch']}", "",
@@ -356,6 +457,15 @@ def write_page(out: Path, fit_rate: str) -> int:
     if preds:
         lines += [f"## The predictor across links (fitted at {fit_rate})", "",
                   *prediction_table(preds), ""]
+    for model, m in data["models"].items():
+        if compute_table(m):
+            lines += [f"## t1's law out of sample ({model}): each batch from the others", "",
+                      *compute_table(m), ""]
+    missed = misses(preds, data)
+    lines += [f"## Not within {100 * WITHIN:.0f} %", "", "Predicted steps where t2 is at "
+              f"least {100 * T2_SHARE:.0f} % of the step, and t1 at the node runs' batch:", "",
+              *(["| what | row | error |", "|---|---|---|", *missed] if missed else ["none"]),
+              ""]
     lines += ["Measured: t1 (one device, one core, the compute runs at the node runs' batch), "
               "t2 (the link probe: torch's gloo ring all-reduce of P, nothing beside it), step "
               "(sec per timed epoch / steps), sent (each node's link counters over the timed "
@@ -363,7 +473,9 @@ def write_page(out: Path, fit_rate: str) -> int:
               "where t2 is at least a fifth of the step), negative where the engine's step "
               "costs more than compute and the probe's all-reduce (its own communication, the "
               "two nodes' contention for the machine); the formulas; "
-              f"the batch for t1 >= {RULE} t2 from t1 fitted as a + c x b; every prediction.", ""]
+              f"the batch for t1 >= {RULE} t2 from t1 fitted as a + c x b; a parameter "
+              "server's bytes from MXNet's key-to-server assignment and its exchange key by "
+              "key (benchmarks/kvstore.py); every prediction.", ""]
     (out / "links.md").write_text("\n".join(lines))
     print(f"written: {out / 'links.md'}")
     return 0

@@ -151,6 +151,25 @@ class Compute:
         return a + c * batch
 
 
+@dataclass
+class PowerLaw:
+    """One device's step time as k x batch^alpha (least squares in log-log), from measured
+    points: a law that bends, for engines whose per-image cost moves with the batch."""
+    points: list[tuple[int, float]]
+
+    def coefficients(self) -> tuple[float, float]:
+        b = np.log([p[0] for p in self.points])
+        t = np.log([p[1] for p in self.points])
+        if len(set(b)) < 2:              # one batch size: proportional
+            return float(np.exp(np.mean(t - b))), 1.0
+        alpha, log_k = np.polyfit(b, t, 1)
+        return float(np.exp(log_k)), float(alpha)
+
+    def __call__(self, batch: float) -> float:
+        k, alpha = self.coefficients()
+        return k * batch ** alpha
+
+
 def step_sec(record: dict) -> float | None:
     sec = timing(record)["sec"]
     steps = (record.get("steps_per_epoch") or [None])[0]
