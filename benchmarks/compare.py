@@ -295,7 +295,7 @@ class Plan:
     # same name) but a row's own and the warm-up, which no option sets
     RUN_KEYS = tuple(f for f in RUN_DEFAULTS
                      if f not in ("framework", "mode", "devices", "execution", "schedule",
-                                  "warmup_steps"))
+                                  "warmup_steps", "profile_steps"))   # profile: benchmarks.profile's
 
     @classmethod
     def from_args(cls, args, frameworks, modes, counts) -> "Plan":
