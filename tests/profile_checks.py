@@ -34,9 +34,8 @@ def _profile(b, plant=contextlib.nullcontext, pause: float = 0.0) -> dict:
             trainer.train_epoch = lambda X, y, order, on_step: epoch(
                 X, y, order, lambda: (on_step(), time.sleep(pause)))
         result = profiling.profile(b, trainer, cfg, DATA)
-    a = profile.attribute(result.pop("events"), result["rules"], 1, STEPS)
-    why = profile.check(a, result["profiled_step_ms"])
-    assert why is None, why
+    a = profile.of_run(result)
+    assert a["why_untrusted"] is None, a["why_untrusted"]
     return a
 
 

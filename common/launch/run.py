@@ -125,9 +125,9 @@ def _profile(record: dict, backend, trainer, cfg: RunConfig, ds, events_path: Pa
     """A profiled run's record: its steps' time by op class (common/results/profile.py),
     the profiler's cost, and its events in a file beside it."""
     result = profiling.profile(backend, trainer, cfg, ds)
+    attribution = profile.of_run(result)
     events = result.pop("events")
-    attribution = profile.attribute(events, result["rules"], 1, cfg.profile_steps)
-    record["profile"] = {**result, **attribution, "why_untrusted": profile.check(attribution, result["profiled_step_ms"])}
+    record["profile"] = {**result, **attribution}
     if events_path is not None:
         profile.write_events(events_path, events)
         record["profile"]["events_file"] = events_path.name

@@ -78,9 +78,12 @@ def classify(name: str, rules: list[tuple[re.Pattern, str]]) -> str | None:
     return None
 
 
+MARK_PREFIX = STEP_MARK.format("")
+
+
 def windows(events: list[dict], count: int) -> list[tuple[float, float]]:
     """The profiled windows' (start, end), from their marks (STEP_MARK) in the trace."""
-    marks = {e["name"]: (e["start"], e["end"]) for e in events}
+    marks = {e["name"]: (e["start"], e["end"]) for e in events if e["name"].startswith(MARK_PREFIX)}
     missing = [i for i in range(count) if STEP_MARK.format(i) not in marks]
     if missing:
         raise ValueError(f"the profiler's trace lacks the marks of windows {missing}: "
@@ -91,10 +94,10 @@ def windows(events: list[dict], count: int) -> list[tuple[float, float]]:
 def _outermost_ops(events: list[dict], rules, lo: float, hi: float) -> list[tuple]:
     """Per thread, the outermost op events within [lo, hi], clipped to it, as
     (start, end, thread, class or None, name)."""
-    marks = {STEP_MARK.format(i) for i in range(64)}
     by_thread = defaultdict(list)
     for e in events:
-        if e["end"] <= lo or e["start"] >= hi or e["end"] <= e["start"] or e["name"] in marks:
+        if (e["end"] <= lo or e["start"] >= hi or e["end"] <= e["start"]
+                or e["name"].startswith(MARK_PREFIX)):
             continue
         by_thread[e["thread"]].append(e)
     out = []
@@ -171,6 +174,13 @@ def check(attribution: dict, wall_ms: float | None = None) -> str | None:
         return (f"{share:.1%} of the op time is in events no rule maps (over "
                 f"{MAX_UNMAPPED_SHARE:.0%}): {top}; add rules to the framework's profile.py")
     return None
+
+
+def of_run(result: dict) -> dict:
+    """The attribution of a profiled run (common/core/profiling.py's result, its events
+    still in it) over its one window, with `why_untrusted` (check's answer)."""
+    a = attribute(result["events"], result["rules"], 1, result["profile_steps"])
+    return {**a, "why_untrusted": check(a, result["profiled_step_ms"])}
 
 
 def events_path(record_path) -> Path:
