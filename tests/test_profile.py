@@ -48,6 +48,25 @@ def test_an_ops_children_are_that_op_and_a_container_is_no_op():
     assert planted["unmapped"] == {"python frame": pytest.approx(0.8)}
 
 
+def test_innermost_nesting_gives_an_instant_to_the_innermost_op():
+    """XLA runs the next ops inside an asynchronous op's completion event: with the
+    profiler's nesting "innermost" the ops inside keep their time, the outer event keeps
+    only what no inner op covers; "outermost" (planted on such a trace) gives all of it
+    to the outer event."""
+    rules = RULES + (("^async-done$", "communication"),)
+    events = window(ev("async-done", 0, 800), ev("conv", 100, 400), ev("relu", 400, 500),
+                    ev("alloc", 150, 200))
+    a = profile.attribute(events, rules, 1, nesting="innermost")
+    assert a["classes"] == {"conv forward": pytest.approx(0.25), "activation": pytest.approx(0.1),
+                            "communication": pytest.approx(0.4),
+                            "other named ops": pytest.approx(0.05)}
+    assert a["outside"] == pytest.approx(0.2)
+    planted = profile.attribute(events, rules, 1)
+    assert planted["classes"] == {"communication": pytest.approx(0.8)}
+    with pytest.raises(ValueError, match="nesting"):
+        profile.attribute(events, rules, 1, nesting="deepest")
+
+
 def test_concurrent_ops_on_two_threads_share_the_time():
     a = profile.attribute(window(ev("conv", 0, 400, "t1"), ev("relu", 200, 600, "t2")), RULES, 1)
     assert a["classes"]["conv forward"] == pytest.approx(0.3)     # 0.2 alone, 0.2 shared

@@ -181,6 +181,10 @@ class OpProfiler(ABC):
     marks (STEP_MARK) among them. `rules` maps event names to op classes
     (common/results/profile.py): data, ((regex, class), ...), the first match wins."""
     rules: tuple[tuple[str, str], ...] = ()
+    # which of nested op events holds an instant: "outermost" (an op's children, such
+    # as its allocations, are part of it) or "innermost" (a framework that runs its
+    # next ops inside an asynchronous op's event, as XLA does)
+    nesting = "outermost"
 
     @abstractmethod
     def __enter__(self) -> "OpProfiler": ...

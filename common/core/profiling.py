@@ -46,4 +46,5 @@ def profile(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Dat
     losses = trainer.losses(handles)
     return {"profile_steps": steps, "plain_step_ms": 1e3 * plain_sec / steps,
             "profiled_step_ms": 1e3 * profiled_sec / steps, "rules": [list(r) for r in prof.rules],
+            "nesting": prof.nesting,
             "events": events, "losses": [float(v) for v in losses]}

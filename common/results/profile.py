@@ -4,7 +4,7 @@ event names mapped to them by a table of rules (frameworks/<fw>/profile.py: data
 code), and what no op covers, the framework's own time between ops.
 
 How an instant of a profiled window is attributed: on each thread, the outermost event
-that is an op (an event whose rule says CONTAINER, such as a step annotation, a Python
+(the innermost, where the framework's profiler says so: OpProfiler.nesting) that is an op (an event whose rule says CONTAINER, such as a step annotation, a Python
 frame or a whole compiled program, is not one: the ops inside it are) is that thread's
 op at that instant; the instant's time is split evenly among the threads' ops active at
 it, each to its class; an instant with no op on any thread is OUTSIDE. So the classes
@@ -91,34 +91,60 @@ def windows(events: list[dict], count: int) -> list[tuple[float, float]]:
     return [marks[STEP_MARK.format(i)] for i in range(count)]
 
 
-def _outermost_ops(events: list[dict], rules, lo: float, hi: float) -> list[tuple]:
-    """Per thread, the outermost op events within [lo, hi], clipped to it, as
-    (start, end, thread, class or None, name)."""
+NESTINGS = ("outermost", "innermost")
+
+
+def _ops(events: list[dict], rules, lo: float, hi: float, nesting: str = "outermost") -> list[tuple]:
+    """Per thread, the op that holds each instant within [lo, hi], as non-overlapping
+    pieces (start, end, thread, class or None, name). "outermost": the outermost op
+    event (a PyTorch convolution holds its allocations); "innermost": the innermost,
+    where a framework runs its next ops inside an asynchronous op's event (XLA's
+    completion events), so that the outer event is no op of its own there."""
+    if nesting not in NESTINGS:
+        raise ValueError(f"nesting {nesting!r} is none of {NESTINGS}")
     by_thread = defaultdict(list)
     for e in events:
         if (e["end"] <= lo or e["start"] >= hi or e["end"] <= e["start"]
                 or e["name"].startswith(MARK_PREFIX)):
             continue
-        by_thread[e["thread"]].append(e)
+        cls = classify(e["name"], rules)
+        if cls != CONTAINER:
+            by_thread[e["thread"]].append((max(e["start"], lo), min(e["end"], hi), cls, e["name"]))
     out = []
     for thread, evs in by_thread.items():
-        evs.sort(key=lambda e: (e["start"], -e["end"]))
-        covered = lo                   # the end of this thread's current outermost op
-        for e in evs:
-            cls = classify(e["name"], rules)
-            if cls == CONTAINER or e["end"] <= covered:
+        evs.sort(key=lambda e: (e[0], -e[1]))
+        if nesting == "outermost":
+            covered = lo               # the end of this thread's current outermost op
+            for start, end, cls, name in evs:
+                # an op that starts inside the current one but outlasts it (events that
+                # do not nest, as asynchronous ones) counts from where the current one ends
+                start = max(start, covered)
+                if end > start:
+                    out.append((start, end, thread, cls, name))
+                    covered = end
+            continue
+        # innermost: at each instant the active op that started last (the shorter on a tie)
+        edges = sorted({x for e in evs for x in e[:2]})
+        active: list[int] = []
+        nxt = 0
+        for a, b in zip(edges, edges[1:]):
+            while nxt < len(evs) and evs[nxt][0] <= a:
+                active.append(nxt)
+                nxt += 1
+            active = [k for k in active if evs[k][1] > a]
+            if not active:
                 continue
-            # an op that starts inside the current one but outlasts it (events that do not
-            # nest, as asynchronous ones) counts from where the current one ends
-            start = max(e["start"], covered, lo)
-            end = min(e["end"], hi)
-            if end > start:
-                out.append((start, end, thread, cls, e["name"]))
-                covered = end
+            k = max(active, key=lambda k: (evs[k][0], -evs[k][1]))
+            start, end, cls, name = evs[k]
+            if out and out[-1][2] == thread and out[-1][4] == name and out[-1][1] == a:
+                out[-1] = (out[-1][0], b, thread, cls, name)
+            else:
+                out.append((a, b, thread, cls, name))
     return out
 
 
-def attribute(events: list[dict], rules, count: int, steps_per_window: int = 1) -> dict:
+def attribute(events: list[dict], rules, count: int, steps_per_window: int = 1,
+              nesting: str = "outermost") -> dict:
     """Time per step (ms) by class over `count` profiled windows of `steps_per_window`
     steps each: {"classes": {class: ms}, OUTSIDE-less; "outside": ms, "unmapped":
     {name: ms}, "window_ms": ms per step of the windows, "op_ms": ms per step in ops,
@@ -131,7 +157,7 @@ def attribute(events: list[dict], rules, count: int, steps_per_window: int = 1) 
     total = 0.0
     for lo, hi in windows(events, count):
         total += hi - lo
-        ops = _outermost_ops(events, compiled, lo, hi)
+        ops = _ops(events, compiled, lo, hi, nesting)
         # a sweep over the ops' edges: each piece of time split among the ops active in it
         edges = sorted({lo, hi, *(o[0] for o in ops), *(o[1] for o in ops)})
         starts = sorted(range(len(ops)), key=lambda k: ops[k][0])
@@ -179,7 +205,8 @@ def check(attribution: dict, wall_ms: float | None = None) -> str | None:
 def of_run(result: dict) -> dict:
     """The attribution of a profiled run (common/core/profiling.py's result, its events
     still in it) over its one window, with `why_untrusted` (check's answer)."""
-    a = attribute(result["events"], result["rules"], 1, result["profile_steps"])
+    a = attribute(result["events"], result["rules"], 1, result["profile_steps"],
+                  result.get("nesting", "outermost"))
     return {**a, "why_untrusted": check(a, result["profiled_step_ms"])}
 
 
