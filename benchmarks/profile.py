@@ -21,6 +21,7 @@ from common import models
 from common.core.modes import MODES
 from common.experiments import gemm
 from common.facts import registry
+from common.facts.machine import gpu_count
 from common.reports import profile as report
 from common.results.record import write_atomic
 
@@ -70,7 +71,13 @@ def plan(args) -> list[dict]:
 
 def limits(out: Path, threads: int) -> dict:
     """This machine's GEMM peak and memory bandwidth on the run's threads, measured once
-    per results folder (nothing else should be running)."""
+    per results folder (nothing else should be running); the GPU's where one runs the
+    rows (a row on 1 device takes the first GPU)."""
+    if gpu_count():
+        peak, stream = gemm.gpu_limits(out)
+        return {"gflops": peak.get("gflops"), "gemm_library": peak.get("library", peak.get("error")),
+                "gb_per_s": stream.get("gb_per_s"),
+                "stream_library": stream.get("library", stream.get("error")), "device": "gpu:0"}
     peak = gemm.cpu_peak(out, threads, gemm.GEMM_SIZE)
     stream = gemm.cpu_bandwidth(out, threads)
     return {"gflops": peak.get("gflops"), "gemm_library": peak.get("library", peak.get("error")),
@@ -107,7 +114,8 @@ def measure(args, runs: list[dict], out: Path) -> int:
 
 def write_page(out: Path) -> int:
     records = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))
-               if p.name not in (LIMITS_FILE, gemm.PEAK_FILE, gemm.BANDWIDTH_FILE)]
+               if p.name not in (LIMITS_FILE, gemm.PEAK_FILE, gemm.BANDWIDTH_FILE,
+                                 gemm.GPU_PEAK_FILE, gemm.GPU_BANDWIDTH_FILE)]
     if not records:
         print(f"profile: error: no records in {out}", file=sys.stderr)
         return 2

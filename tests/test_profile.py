@@ -67,6 +67,46 @@ def test_innermost_nesting_gives_an_instant_to_the_innermost_op():
         profile.attribute(events, rules, 1, nesting="deepest")
 
 
+def test_on_a_gpu_each_kernel_is_named_by_the_outermost_op_that_launched_it():
+    """PyTorch on a GPU: the device's kernels are the ops, each named by the outermost
+    non-container host op above its launch (a cuDNN kernel under aten::conv2d is conv
+    forward, one under an autograd node its backward); a kernel whose launch is unknown
+    keeps its own name (unmapped); the host's own events are none of the ops."""
+    from types import SimpleNamespace as N
+
+    from frameworks.pytorch.profile import RULES, events
+
+    def fe(id, name, start, end, parent=None, device="CPU", link=0, thread=1):
+        return N(id=id, name=name, time_range=N(start=start, end=end), cpu_parent=parent,
+                 device_type=N(name=device), device_index=0, thread=thread,
+                 linked_correlation_id=link)
+    mark = fe(1, STEP_MARK.format(0), 0, 1000)
+    conv = fe(2, "aten::conv2d", 10, 50, mark)
+    inner = fe(3, "aten::cudnn_convolution", 20, 40, conv)
+    node = fe(4, "autograd::engine::evaluate_function: ConvolutionBackward0", 60, 90, mark)
+    bwd = fe(5, "ConvolutionBackward0", 61, 89, node)
+    leaf = fe(6, "aten::convolution_backward", 62, 88, bwd)
+    kernels = [fe(7, "sm90_xmma_fprop_implicit_gemm", 100, 300, device="CUDA", link=3, thread=7),
+               fe(8, "sm90_xmma_dgrad", 300, 500, device="CUDA", link=6, thread=7),
+               fe(9, "mystery_kernel", 600, 650, device="CUDA", link=99, thread=7)]
+    got = events([mark, conv, inner, node, bwd, leaf, *kernels], RULES)
+    assert [(e["name"], e["thread"]) for e in got] == [
+        (STEP_MARK.format(0), "host"), ("aten::conv2d", "cuda 0 7"),
+        ("ConvolutionBackward0", "cuda 0 7"), ("mystery_kernel", "cuda 0 7")]
+    a = profile.attribute(got, RULES, 1)
+    assert a["classes"] == {"conv forward": pytest.approx(0.2), "conv backward": pytest.approx(0.2)}
+    assert a["unmapped"] == {"mystery_kernel": pytest.approx(0.05)}
+    assert a["outside"] == pytest.approx(0.55)       # the GPU idle, waiting on the host
+
+
+def test_torch_rules_tell_a_broadcast_from_broadcast_to():
+    from frameworks.pytorch.profile import RULES
+    rules = profile.compile_rules(RULES)
+    assert profile.classify("aten::broadcast_to", rules) == "copies and layout"
+    assert profile.classify("c10d::broadcast_", rules) == "communication"
+    assert profile.classify("Memcpy HtoD (Pageable -> Device)", rules) == "copies and layout"
+
+
 def test_concurrent_ops_on_two_threads_share_the_time():
     a = profile.attribute(window(ev("conv", 0, 400, "t1"), ev("relu", 200, 600, "t2")), RULES, 1)
     assert a["classes"]["conv forward"] == pytest.approx(0.3)     # 0.2 alone, 0.2 shared

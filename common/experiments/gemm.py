@@ -22,12 +22,17 @@ GEMM_SIZE = 4096
 # neither thread start-up nor a scheduler hiccup sets the rate
 _GEMM = r"""
 import json, sys, time
-n, reps = int(sys.argv[1]), 5
+n, reps, dev = int(sys.argv[1]), 5, sys.argv[2]
 try:
     import torch
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
     run, lib = (lambda: torch.mm(a, b)), f"torch {torch.__version__} sgemm"
+    if dev == "cuda":    # float32 as the suite trains: no TF32 tensor cores
+        torch.backends.cuda.matmul.allow_tf32 = False
+        run, lib = (lambda: (torch.mm(a, b), torch.cuda.synchronize())), \
+            f"{lib} on {torch.cuda.get_device_name()}"
 except ImportError:
+    assert dev == "cpu", "a GPU's limits need torch"
     import numpy as np
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32); b = a.copy()
     run, lib = (lambda: a @ b), f"numpy {np.__version__} BLAS"
@@ -42,12 +47,16 @@ print(json.dumps({"gflops": 2 * n ** 3 / best / 1e9, "library": lib}))
 STREAM_MB = 512
 _STREAM = r"""
 import json, sys, time
-n, reps = int(sys.argv[1]) * 2**20 // 4, 5
+n, reps, dev = int(sys.argv[1]) * 2**20 // 4, 5, sys.argv[2]
 try:
     import torch
-    a, b = torch.ones(n), torch.empty(n)
+    a, b = torch.ones(n, device=dev), torch.empty(n, device=dev)
     run, lib = (lambda: b.copy_(a)), f"torch {torch.__version__} copy_"
+    if dev == "cuda":
+        run, lib = (lambda: (b.copy_(a), torch.cuda.synchronize())), \
+            f"{lib} on {torch.cuda.get_device_name()}"
 except ImportError:
+    assert dev == "cpu", "a GPU's limits need torch"
     import numpy as np
     a, b = np.ones(n, np.float32), np.empty(n, np.float32)
     run, lib = (lambda: np.copyto(b, a)), f"numpy {np.__version__} copyto (1 thread)"
@@ -59,11 +68,12 @@ print(json.dumps({"gb_per_s": 2 * 4 * n / best / 1e9, "library": lib}))
 # measures its new records against the same peak as the ones it keeps
 PEAK_FILE = "cpu_peak.json"
 BANDWIDTH_FILE = "cpu_bandwidth.json"
+GPU_PEAK_FILE, GPU_BANDWIDTH_FILE = "gpu_peak.json", "gpu_bandwidth.json"
 
 
-def _measure(program: str, threads: int, size: int) -> dict:
+def _measure(program: str, threads: int, size: int, device: str = "cpu") -> dict:
     env = {**os.environ, **thread_env(threads)}
-    out = subprocess.run([sys.executable, "-c", program, str(size)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", program, str(size), device], capture_output=True,
                          text=True, env=env, check=True, timeout=600)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -73,11 +83,11 @@ def gemm_rate(threads: int, size: int = GEMM_SIZE) -> dict:
 
 
 def _kept_or_measured(path: Path, program: str, threads: int, size: int, what: str,
-                      key: str) -> dict:
+                      key: str, device: str = "cpu") -> dict:
     """A limit kept in `path` where it was measured the same way on this CPU, else
     measured now (nothing else should be running) and written there; on failure
     {"error": why}."""
-    same = {"size": size, "threads": threads, "cpu_model": cpu_model()}
+    same = {"size": size, "threads": threads, "cpu_model": cpu_model(), "device": device}
     try:
         kept = json.loads(path.read_text())
         if {k: kept.get(k) for k in same} == same and kept.get(key):
@@ -85,7 +95,7 @@ def _kept_or_measured(path: Path, program: str, threads: int, size: int, what: s
     except (OSError, ValueError, AttributeError):
         pass
     try:
-        value = {**_measure(program, threads, size), **same,
+        value = {**_measure(program, threads, size, device), **same,
                  "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
         return {"error": f"the {what} measurement failed: {type(e).__name__}: {str(e)[:200]}"}
@@ -106,3 +116,12 @@ def cpu_bandwidth(folder: Path, threads: int, size_mb: int = STREAM_MB) -> dict:
     {"gb_per_s", "library", "size", "threads", "cpu_model", "measured"} or {"error"}."""
     return _kept_or_measured(Path(folder) / BANDWIDTH_FILE, _STREAM, threads, size_mb,
                              f"memory bandwidth (a {size_mb} MB copy)", "gb_per_s")
+
+
+def gpu_limits(folder: Path, size: int = GEMM_SIZE, size_mb: int = STREAM_MB) -> tuple[dict, dict]:
+    """The first GPU's float32 GEMM rate (no TF32) and device memory bandwidth, measured
+    as the CPU's are (torch, in a fresh process): the roofline of a profile on a GPU."""
+    return (_kept_or_measured(Path(folder) / GPU_PEAK_FILE, _GEMM, 1, size,
+                              f"GPU peak (a {size}x{size} float32 GEMM)", "gflops", "cuda"),
+            _kept_or_measured(Path(folder) / GPU_BANDWIDTH_FILE, _STREAM, 1, size_mb,
+                              f"GPU memory bandwidth (a {size_mb} MB copy)", "gb_per_s", "cuda"))

@@ -145,7 +145,8 @@ def markdown(records: list[dict], limits: dict, command: str, plots: dict[str, s
              f"- Limits, measured: a float32 GEMM at {limits.get('gflops', 0):.1f} GFLOP/s "
              f"({limits.get('gemm_library')}), a streaming copy at "
              f"{limits.get('gb_per_s', 0):.1f} GB/s ({limits.get('stream_library')}), "
-             f"{limits.get('threads')} threads.", ""]
+             + (f"on the GPU that runs the rows ({limits['device']})." if limits.get("device")
+                else f"{limits.get('threads')} threads."), ""]
     for model in dict.fromkeys(r["model"] for r in records):
         rows = sorted(ok([r for r in records if r["model"] == model]),
                       key=lambda r: r["profile"]["window_ms"])
@@ -179,6 +180,9 @@ def markdown(records: list[dict], limits: dict, command: str, plots: dict[str, s
               "ops. Each instant of the profiled window is split evenly among the threads' "
               "ops active at it; an instant with no op on any thread is *outside any op*: "
               "the framework's own time between ops (Python, dispatch, the runtime).",
+              "- On a GPU the step's time is the device's: the ops are its kernels and "
+              "copies, each named by the outermost host op that launched it, and *outside "
+              "any op* is the GPU waiting on the host (Python, dispatch, launches).",
               "- XLA's fused ops (JAX, Keras on JAX, TensorFlow with XLA) are attributed by "
               "the operation they fuse around: the heaviest op in the fusion, named from "
               "the compiled HLO, with the backward pass told apart by the op's metadata.",

@@ -1,12 +1,17 @@
 """The op-level profiler: torch.profiler on the CPU (and CUDA where a GPU runs), its
 events in the common form, and the rules that map ATen and autograd names to the op
-classes of common/results/profile.py."""
+classes of common/results/profile.py.
+
+On a GPU the step's time is the device's: the events are the GPU's kernels and copies,
+each named by the outermost op that launched it on the host (so the same rules class
+them), and what no kernel covers, "outside any op", is the GPU waiting on the host."""
 from __future__ import annotations
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from common.core.contract import OpProfiler, STEP_MARK
+from common.results.profile import CONTAINER, MARK_PREFIX, classify, compile_rules
 
 # (regex searched in an event's name, op class): the first match wins. Autograd's
 # evaluate_function wraps each backward node, which is the op; a backward node's name
@@ -26,13 +31,13 @@ RULES = (
      r"log_softmax|_log_softmax|softmax|nll_loss\w*)\b", "softmax and loss"),
     (r"^Optimizer\.|aten::_foreach_|aten::sgd|^DistributedDataParallel\.zero_grad",
      "optimizer update"),
-    (r"c10d::|gloo:|nccl:|allreduce|all_reduce|broadcast|DistributedDataParallel\.forward",
+    (r"c10d::|gloo:|nccl:|allreduce|all_reduce|\bbroadcast\b|DistributedDataParallel\.forward",
      "communication"),
     (r"^(T|View|Reshape\w*|Permute|Transpose|UnsafeView|Expand|Squeeze|Unsqueeze|Clone|"
      r"ToCopy|Copy\w*)Backward|aten::(view|reshape|_reshape_alias|flatten|t|transpose|"
-     r"permute|contiguous|copy_|to|_to_copy|clone|as_strided|expand|detach|squeeze|"
+     r"permute|contiguous|copy_|to|_to_copy|clone|as_strided|expand|broadcast_to|detach|squeeze|"
      r"unsqueeze|alias|select|slice|index|narrow|_unsafe_view|resolve_conj|resolve_neg|"
-     r"lift_fresh)\b|^detach$|cudaMemcpy", "copies and layout"),
+     r"lift_fresh)\b|^detach$|cudaMemcpy|^Memcpy|^Memset", "copies and layout"),
     (r"^aten::|Backward\d*$|AccumulateGrad", "other named ops"),
 )
 
@@ -55,9 +60,36 @@ class TorchProfiler(OpProfiler):
         return record_function(STEP_MARK.format(i))
 
     def events(self) -> list[dict]:
-        return [{"name": e.name, "start": float(e.time_range.start), "end": float(e.time_range.end),
-                 "thread": f"{'cuda' if e.device_type.name == 'CUDA' else 'cpu'} {e.thread}"}
-                for e in self._prof.events()]
+        return events(self._prof.events(), self.rules)
+
+
+def _event(e, name: str, thread: str) -> dict:
+    return {"name": name, "start": float(e.time_range.start), "end": float(e.time_range.end),
+            "thread": thread}
+
+
+def events(function_events, rules) -> list[dict]:
+    """torch.profiler's FunctionEvents in the common form. With device events (a GPU
+    ran): the step marks, and each kernel or copy on its stream named by the outermost
+    non-container host op that launched it (its linked correlation id, then up the
+    host op's parents); a device event with no launching op keeps its own name, so that
+    it shows as unmapped. Without: every host event on its thread."""
+    device = [e for e in function_events if e.device_type.name != "CPU"]
+    if not device:
+        return [_event(e, e.name, f"cpu {e.thread}") for e in function_events]
+    compiled = compile_rules(rules)
+    host = {e.id: e for e in function_events if e.device_type.name == "CPU"}
+
+    def launcher(k) -> str:
+        op, name = host.get(getattr(k, "linked_correlation_id", 0)), k.name
+        while op is not None:
+            if classify(op.name, compiled) != CONTAINER:
+                name = op.name
+            op = op.cpu_parent
+        return name
+    return ([_event(e, e.name, "host") for e in host.values() if e.name.startswith(MARK_PREFIX)]
+            + [_event(k, launcher(k), f"{k.device_type.name.lower()} {k.device_index} {k.thread}")
+               for k in device])
 
 
 class Profile:
