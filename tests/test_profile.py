@@ -86,7 +86,10 @@ def test_on_a_gpu_each_kernel_is_named_by_the_outermost_op_that_launched_it():
     node = fe(4, "autograd::engine::evaluate_function: ConvolutionBackward0", 60, 90, mark)
     bwd = fe(5, "ConvolutionBackward0", 61, 89, node)
     leaf = fe(6, "aten::convolution_backward", 62, 88, bwd)
-    kernels = [fe(7, "sm90_xmma_fprop_implicit_gemm", 100, 300, device="CUDA", link=3, thread=7),
+    launch = fe(3, "cudaLaunchKernel", 21, 22, inner, link=3)    # the runtime's: same id space
+    annotation = fe(10, STEP_MARK.format(0), 5, 990, device="CUDA", thread=7)
+    kernels = [annotation, launch,
+               fe(7, "sm90_xmma_fprop_implicit_gemm", 100, 300, device="CUDA", link=3, thread=7),
                fe(8, "sm90_xmma_dgrad", 300, 500, device="CUDA", link=6, thread=7),
                fe(9, "mystery_kernel", 600, 650, device="CUDA", link=99, thread=7)]
     got = events([mark, conv, inner, node, bwd, leaf, *kernels], RULES)

@@ -74,11 +74,16 @@ def events(function_events, rules) -> list[dict]:
     non-container host op that launched it (its linked correlation id, then up the
     host op's parents); a device event with no launching op keeps its own name, so that
     it shows as unmapped. Without: every host event on its thread."""
-    device = [e for e in function_events if e.device_type.name != "CPU"]
+    compiled = compile_rules(rules)
+    # a GPU's copy of a host annotation (the step's mark, a record_function) is no op
+    device = [e for e in function_events if e.device_type.name != "CPU"
+              and not e.name.startswith(MARK_PREFIX) and classify(e.name, compiled) != CONTAINER]
     if not device:
         return [_event(e, e.name, f"cpu {e.thread}") for e in function_events]
-    compiled = compile_rules(rules)
-    host = {e.id: e for e in function_events if e.device_type.name == "CPU"}
+    cpu = [e for e in function_events if e.device_type.name == "CPU"]
+    # the host ops a device event links to: the front-end ones (the runtime's launch
+    # calls link to them too, and share their id space)
+    host = {e.id: e for e in cpu if not getattr(e, "linked_correlation_id", 0)}
 
     def launcher(k) -> str:
         op, name = host.get(getattr(k, "linked_correlation_id", 0)), k.name
@@ -87,7 +92,7 @@ def events(function_events, rules) -> list[dict]:
                 name = op.name
             op = op.cpu_parent
         return name
-    return ([_event(e, e.name, "host") for e in host.values() if e.name.startswith(MARK_PREFIX)]
+    return ([_event(e, e.name, "host") for e in cpu if e.name.startswith(MARK_PREFIX)]
             + [_event(k, launcher(k), f"{k.device_type.name.lower()} {k.device_index} {k.thread}")
                for k in device])
 
