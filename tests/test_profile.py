@@ -128,7 +128,7 @@ def test_every_frameworks_rules_name_known_classes(framework):
 
 
 # Event names read from each framework's real traces (LeNet and ResNet-18, scratch and
-# native), as its profile.py's events() gives them, and the class each must get: a rule
+# native; Paddle's compiled execution too), as its profile.py's events() gives them, and the class each must get: a rule
 # that moves one shows here, without the framework and its slow profile check.
 SEEN = {
     "paddle": {
@@ -161,6 +161,18 @@ SEEN = {
         "backward": profile.CONTAINER,
         "Forward: Conv2D": profile.CONTAINER,     # a layer: its conv2d and bias add inside
         "Forward: ReLU": profile.CONTAINER,
+        # compiled (paddle.jit.to_static): the calling thread waits in the programs while
+        # a worker thread runs their instructions
+        "interpreter_core_run": profile.CONTAINER,
+        "Global_Dy2StGradNode": profile.CONTAINER,
+        "pd_op.conv2d": "conv forward",
+        "pd_op.conv2d_grad": "conv backward",
+        "pd_op.relu_": "activation",
+        "pd_op.relu_grad_": "activation",
+        "pd_op.matmul_grad": "dense backward",
+        "pd_op.expand": "copies and layout",
+        "pd_op.add_grad": "other named ops",
+        "construct_grad_tensor": "other named ops",
     },
 }
 

@@ -18,29 +18,33 @@ from common.core.contract import OpProfiler, STEP_MARK
 # holds its `<op> dygraph` event; a backward node is `Global_<Op>GradNode` (holding its
 # Local_ twin). Events of the layer, backward and optimizer categories are named
 # "<category>: <name>" by PaddleProfiler.events (their own names are a layer's class or
-# a bare "backward").
+# a bare "backward"). Compiled (paddle.jit.to_static): the calling thread waits in
+# interpreter_core_run (the forward program) or Dy2StGradNode (its backward) while a
+# worker thread runs the program's `pd_op.<op>` instructions.
 RULES = (
     (r"^dlc-profile-step |^ProfileStep#|^Forward: |^Backward: |^Dataloader: |"
-     r"^backward$", "container"),
-    (r"Conv2d\w*GradNode|^conv2d\w*_grad ", "conv backward"),
-    (r"^(conv2d|depthwise_conv2d)\b", "conv forward"),
-    (r"MatmulGradNode|^matmul\w*_grad ", "dense backward"),
-    (r"^(matmul|linear)\b", "dense forward"),
-    (r"Pool2dGradNode|^pool2d\b", "pooling"),
-    (r"(Relu|Sigmoid)\w*GradNode|^(relu|sigmoid)_?\b", "activation"),
-    (r"BatchNorm\w*GradNode|^(sync_)?batch_norm\b", "batchnorm"),
-    (r"(CrossEntropy|Softmax)\w*GradNode|^(cross_entropy\w*|softmax|log_softmax)\b",
+     r"^backward$|^interpreter_core_run$|^(Global|Local)_Dy2StGradNode", "container"),
+    (r"Conv2d\w*GradNode|^(pd_op\.)?(depthwise_)?conv2d\w*_grad", "conv backward"),
+    (r"^(pd_op\.)?(depthwise_)?conv2d\b", "conv forward"),
+    (r"MatmulGradNode|^(pd_op\.)?matmul\w*_grad", "dense backward"),
+    (r"^(pd_op\.)?(matmul|linear)\b", "dense forward"),
+    (r"Pool2dGradNode|^(pd_op\.)?pool2d", "pooling"),
+    (r"(Relu|Sigmoid)\w*GradNode|^(pd_op\.)?(relu|sigmoid)(_grad)?_?\b", "activation"),
+    (r"BatchNorm\w*GradNode|^(pd_op\.)?(sync_)?batch_norm", "batchnorm"),
+    (r"(CrossEntropy|Softmax)\w*GradNode|^(pd_op\.)?(cross_entropy|softmax|log_softmax)",
      "softmax and loss"),
     # scratch's sgd and allreduce: RecordEvents of frameworks/paddle/scratch.py
-    (r"^Optimization: |^sgd$|^sgd_? ", "optimizer update"),
-    (r"^allreduce$|^(c_)?all_?reduce\w* |^(c_)?broadcast\w* ", "communication"),
-    (r"(Reshape|Flatten|Expand|Transpose|Squeeze|Unsqueeze|Assign|Cast)\w*GradNode|"
-     r"^(reshape|flatten|expand|transpose|squeeze|unsqueeze|assign|cast|slice|concat|"
-     r"to_tensor|copy_to|memcpy\w*|share_data|view)\w*\b", "copies and layout"),
-    # the rest: eager ops, backward nodes (GradNodeAccumulation adds into .grad), and an
-    # op's inner events where no outer one holds them (the first gradient's fill)
+    (r"^Optimization: |^sgd$|^(pd_op\.)?sgd_?\b", "optimizer update"),
+    (r"^allreduce$|^(pd_op\.)?(c_)?(all_?reduce|broadcast)", "communication"),
+    (r"(Reshape|Flatten|Expand|Transpose|Squeeze|Unsqueeze|Assign|Cast)\w*GradNode|^(pd_op\.)?"
+     r"(reshape|flatten|expand|transpose|squeeze|unsqueeze|assign|cast|slice|concat|"
+     r"to_tensor|copy_to|memcpy|share_data|view)", "copies and layout"),
+    # the rest: eager ops, backward nodes (GradNodeAccumulation adds into .grad), an
+    # op's inner events where no outer one holds them (the first gradient's fill), a
+    # compiled program's other instructions and its executor's own steps
     (r" pybind_(imperative|patch)_func$|^(Global|Local)_\w*GradNode| (dygraph|kernel launch|"
-     r"infer_meta|node_creation)$", "other named ops"),
+     r"infer_meta|node_creation)$|^pd_op\.|^builtin_\w*instruction$|"
+     r"^get_interpretercore_cache$|^fetch_and_gc$|^construct_grad_tensor$", "other named ops"),
 )
 
 # "[1.234 ms]", the duration Paddle's chrome trace appends to every name
