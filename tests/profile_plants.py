@@ -25,5 +25,22 @@ def _torch_relu():
         F.relu = relu
 
 
+@contextlib.contextmanager
+def _paddle_relu():
+    # the models call F.relu through the module (frameworks/paddle/models.py), eagerly
+    import paddle.nn.functional as F
+    relu = F.relu
+
+    def many(x, *args, **kwargs):
+        for _ in range(REPEATS - 1):
+            x = relu(x)
+        return relu(x, *args, **kwargs)
+    F.relu = many
+    try:
+        yield
+    finally:
+        F.relu = relu
+
+
 # framework -> the planted activation cost
-ACTIVATION = {"pytorch": _torch_relu}
+ACTIVATION = {"pytorch": _torch_relu, "paddle": _paddle_relu}

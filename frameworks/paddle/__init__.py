@@ -7,10 +7,11 @@ from .devices import Devices
 from .models import Models
 from .native import Native
 from .pipeline import Pipeline
+from .profile import Profile
 from .scratch import Scratch
 
 
-class PaddleBackend(Devices, Models, Scratch, Native, Pipeline, Backend):
+class PaddleBackend(Devices, Models, Scratch, Native, Pipeline, Profile, Backend):
     name = "paddle"
 
 
