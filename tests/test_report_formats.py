@@ -333,3 +333,19 @@ def test_a_column_holding_another_field_fails(tmp_path, capsys, monkeypatch, pla
     plant(monkeypatch)
     with pytest.raises(AssertionError, match=says):                     # seen failing
         check_exported(*_export_both(tmp_path, capsys, records), records[1])
+
+
+def test_a_note_a_user_copies_is_never_cut(tmp_path, capsys):
+    """A not-installed row's note ends in the command that installs it (MXNet's builds
+    an environment of its own: over 160 characters): whole in the terminal's notes and
+    in report.md."""
+    from common.facts import registry
+    from common.reports import runs
+    why = registry.not_installed("mxnet")
+    assert len(why) > 160 and why.endswith(registry.install_hint("mxnet"))
+    rows = runs.summarize([_record(framework="mxnet", status="not-installed", error=why)])
+    assert rows[0]["note"] == why
+    assert any(line.endswith(why) for line in runs.notes(rows))
+    folder = _folder(tmp_path / "a", [_record(framework="mxnet", status="not-installed", error=why)])
+    assert report.main([str(folder)]) == 0
+    assert registry.install_hint("mxnet") in (folder / "report.md").read_text()

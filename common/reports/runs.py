@@ -173,7 +173,8 @@ def summarize(records: list[dict]) -> list[dict]:
         # the epoch times
         speedup = (None if not (sec and one) else t["samples"] / one["samples"]
                    if (t["samples"] and one["samples"]) else one["sec"] / sec)
-        note = (r.get("error") or "").splitlines()[0][:160] if r.get("error") else ""
+        # the whole first line: it may be a command to copy (an install line), never cut
+        note = (r.get("error") or "").splitlines()[0] if r.get("error") else ""
         planned, done = r.get("repeat_planned") or 1, len(t["runs"])
         if 0 < done < planned:
             note = f"{done} of {planned} repeats" + ("; " + note if note else "")
