@@ -259,6 +259,8 @@ def worker_record(tmp_path_factory):
                               framework=framework)
             assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
             cache[key] = json.loads(out.read_text())
+            if cache[key].get("trace"):     # a traced run's timeline, beside its record
+                cache[key]["trace"]["path"] = str(out.parent / cache[key]["trace"]["file"])
         return cache[key]
     return get
 

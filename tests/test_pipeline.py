@@ -351,6 +351,145 @@ def test_the_loop_counts_tapes_and_keeps_the_last_steps_spans(schedule):
     assert 0 <= record["spans"][0][4] <= record["spans"][-1][5] <= record["wall"]
 
 
+# --- every stage's spans, held to its schedule ---
+
+def stage_spans_want(schedule: str, k: int, s: int, M: int) -> list[str]:
+    """Stage s's spans of one step, in order, as its schedule runs them: its forwards,
+    backwards and sends (rank_ops: a send that a process per stage holds back waits for a
+    receive, which is no span, so one process's order gives the same spans) and the SGD
+    step last."""
+    return [f"{kind}{m}" if kind in ("F", "B") else f"{kind} {m}"
+            for _, kind, m in rank_ops(schedule, k, s, M) if not kind.startswith("recv")] + ["sgd"]
+
+
+def check_every_stage(ran: dict[int, list[str]], schedule: str, k: int, M: int,
+                      stages=None, what: str = "") -> None:
+    """Each stage's spans of the last step (`ran`: stage -> span names in time order) are
+    exactly its schedule's (stage_spans_want), for every stage of `stages` (all k) and no
+    other; and, independent of the schedule's own functions, every micro-batch's forward,
+    backward and send once each and one SGD step."""
+    stages = list(range(k)) if stages is None else list(stages)
+    assert sorted(ran) == stages, f"{what}: spans of stages {sorted(ran)}, expected {stages}"
+    for s in stages:
+        got, want = ran[s], stage_spans_want(schedule, k, s, M)
+        if got != want:
+            raise AssertionError(
+                f"{what}: stage {s}'s spans are not its {schedule} schedule's: missing "
+                f"{[n for n in want if n not in got]}, extra {[n for n in got if n not in want]}, "
+                f"ran {got}")
+        each = [f"{kind}{m}" for kind in "FB" for m in range(M)] + [
+            f"send {kind} {m}" for kind, mine in (("act", s < k - 1), ("grad", s > 0)) if mine
+            for m in range(M)] + ["sgd"]
+        assert sorted(got) == sorted(each), f"{what}: stage {s} ran {got}, not {each} once each"
+
+
+def _stage_of(lane: str) -> int:
+    return int(lane.split()[1])          # "stage 1 (cpu:0)"
+
+
+def spans_by_stage(spans: list[dict]) -> dict[int, list[str]]:
+    """A trainer's spans (trainer.spans, in the order kept) by stage."""
+    out = {}
+    for x in spans:
+        out.setdefault(_stage_of(x["lane"]), []).append(x["name"])
+    return out
+
+
+def record_spans_by_stage(record: dict) -> dict[int, list[str]]:
+    """A record's pipeline_spans (every rank's, gathered: lane index = stage) by stage."""
+    out = {}
+    for lane, name, *_ in record["spans"]:
+        out.setdefault(lane, []).append(name)
+    return out
+
+
+def trace_spans_by_stage(t: dict) -> dict[int, list[str]]:
+    """A timeline's (common/results/trace.py) stage spans by stage, in time order: the
+    events of the lanes named "stage S (...)", of whichever process."""
+    lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in t["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    out = {}
+    for e in sorted((e for e in t["traceEvents"] if e["ph"] == "X"), key=lambda e: e["ts"]):
+        lane = lanes[e["pid"], e["tid"]]
+        if lane.startswith("stage "):
+            out.setdefault(_stage_of(lane), []).append(e["name"])
+    return out
+
+
+# Planted bugs for check_every_stage, each planted in this process (every rank of a run,
+# tests/pipeline_ranks.py) and returning what undoes it.
+def plant_last_backward_unspanned(stage: int = 1):
+    """Stage `stage` (its rank) runs its last backward but keeps no span of it."""
+    step = pipeline.PipelineTrainer.step
+
+    def planted(self, X, y):
+        out = step(self, X, y)
+        mine = [x for x in self.spans if x["cat"] == "backward" and _stage_of(x["lane"]) == stage]
+        if mine:
+            self.spans.remove(mine[-1])
+        return out
+    pipeline.PipelineTrainer.step = planted
+    return lambda: setattr(pipeline.PipelineTrainer, "step", step)
+
+
+def plant_gathered_part_cut():
+    """Rank 0 reads the last rank's part of the gathered spans without its last event."""
+    rows = pipeline.rank_rows
+
+    def cut(gathered, counts):
+        parts = rows(gathered, counts)
+        return [*parts[:-1], parts[-1][:-1]]
+    pipeline.rank_rows = cut
+    return lambda: setattr(pipeline, "rank_rows", rows)
+
+
+def trace_part_cut(t: dict, pid: int = 1) -> dict:
+    """A timeline with process `pid`'s part read without its last stage event (the
+    planted reading, applied to a real run's merged timeline)."""
+    lanes = {(e["pid"], e["tid"]) for e in t["traceEvents"] if e["ph"] == "M"
+             and e["name"] == "thread_name" and e["args"]["name"].startswith("stage ")}
+    last = max((e for e in t["traceEvents"] if e["ph"] == "X" and (e["pid"], e["tid"]) in lanes
+                and e["pid"] == pid), key=lambda e: e["ts"])
+    return {**t, "traceEvents": [e for e in t["traceEvents"] if e is not last]}
+
+
+PLANTED_SPANS = {"last backward unspanned": plant_last_backward_unspanned,
+                 "gathered part cut": plant_gathered_part_cut}
+# what check_every_stage says on each, of stage 1 (the last rank)
+PLANTED_SPANS_FAILS = {"last backward unspanned": r"stage 1's spans are not its 1f1b schedule's: "
+                                                  r"missing \['B3'\]",
+                       "gathered part cut": r"stage 1's spans are not its 1f1b schedule's: "
+                                            r"missing \['sgd'\]"}
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_every_stage_check_holds_and_fails_without_a_last_backward(schedule):
+    """check_every_stage on the toy's stages in one process (2 and 4 stages): it holds as
+    the loop is, fails with a stage's last backward missing from its spans, and fails on
+    an order that is another schedule's, or with a stage's spans missing whole."""
+    for k, M in ((2, 4), (4, 8)):
+        trainer = _toy_trainer("resnet18", k, M, schedule)
+        for _ in range(2):
+            trainer.step(*_images(30))
+        check_every_stage(spans_by_stage(trainer.spans), schedule, k, M)
+        record = trainer.figures()["pipeline_spans"]
+        check_every_stage(record_spans_by_stage(record), schedule, k, M)
+        with pytest.raises(AssertionError, match="not its"):
+            check_every_stage(spans_by_stage(trainer.spans), "1f1b" if schedule == "gpipe"
+                              else "gpipe", k, M)
+        with pytest.raises(AssertionError, match="spans of stages"):
+            check_every_stage({s: v for s, v in spans_by_stage(trainer.spans).items() if s},
+                              schedule, k, M)
+        undo = plant_last_backward_unspanned()
+        try:
+            trainer.step(*_images(30))
+        finally:
+            undo()
+        with pytest.raises(AssertionError, match=rf"stage 1's spans are not its {schedule} "
+                                                 rf"schedule's: missing \['B{M - 1 if schedule == '1f1b' else 0}'\]"):
+            check_every_stage(spans_by_stage(trainer.spans), schedule, k, M)
+
+
 # Planted bugs for the 1F1B check (conformance's model_mode_1f1b_equals_gpipe), each a
 # function that plants it in this process and returns what undoes it: here on the toy
 # backend, in tests/test_conformance.py on a framework's (stages in one process, and in

@@ -2,6 +2,8 @@
 for every model: native mode against scratch mode, the frameworks against one
 another and against the NumPy oracle over the first steps, and BatchNorm across
 devices (each replica's own statistics, or synchronised)."""
+import json
+
 import numpy as np
 import pytest
 
@@ -506,6 +508,7 @@ def _model_record(worker_record, framework, model):
 def test_model_mode_two_stages(worker_record, framework, model):
     from common.core.pipeline import gpipe_bubble
     from common.results.record import RECORD_KEYS
+    from tests.test_pipeline import check_every_stage, record_spans_by_stage
     record = _model_record(worker_record, framework, model)
     gap = registry.KNOWN_GAPS.get((framework, "model"))
     if gap:
@@ -523,6 +526,10 @@ def test_model_mode_two_stages(worker_record, framework, model):
     assert 0 <= record["bubble"] < 1 and record["bubble_gpipe"] == gpipe_bubble(2, M)
     assert len(record["bytes_between_stages"]) == 1 and record["bytes_between_stages"][0] > 0
     assert len(record["step_losses"]) == steps
+    # every stage's spans of the last step, gathered into rank 0's record where each
+    # stage has a process: its schedule's (GPipe's) forwards, backwards, sends and SGD
+    check_every_stage(record_spans_by_stage(record["pipeline_spans"]), "gpipe", 2, M,
+                      what=f"{framework} {model}, the record's")
     if model == "lenet":
         one = _ok(worker_record(framework, "native", 1, model, **GLOROT))
         _agree(record["step_losses"], one["step_losses"], model, "(2 stages vs native x1)",
@@ -547,10 +554,14 @@ def test_model_mode_1f1b_with_a_process_per_stage(worker_record, framework):
     send does not; the stages' in-process order is held to GPipe's in
     tests/conformance.py): LeNet, M = 4, the same step losses and final parameters as
     native x1; each stage kept min(k-s, M) micro-batches' tapes alive at once (2, 1), watched;
-    rank 0's record carries both ranks' spans of the last step, each stage's forwards and
-    backwards in 1F1B's order."""
-    from common.core.pipeline import stage_ops
-    record = worker_record(framework, "model", 2, "lenet", schedule="1f1b", **MODEL_RUNS["lenet"])
+    rank 0's record carries both ranks' spans of the last step, and the run's timeline
+    (traced) each rank's, each stage's exactly 1F1B's (check_every_stage); the timeline
+    with the last rank's part read without its last event fails it."""
+    from common.results import trace
+    from tests.test_pipeline import (PLANTED_SPANS_FAILS, check_every_stage,
+                                     record_spans_by_stage, trace_part_cut, trace_spans_by_stage)
+    record = worker_record(framework, "model", 2, "lenet", schedule="1f1b", trace=True,
+                           **MODEL_RUNS["lenet"])
     gap = registry.KNOWN_GAPS.get((framework, "model"))
     if gap:
         assert record["status"] == "not-applicable" and record["error"] == gap, record["error"]
@@ -566,10 +577,18 @@ def test_model_mode_1f1b_with_a_process_per_stage(worker_record, framework):
     assert record["stage_peak_micro_batches"] == record["stage_peak_micro_batches_predicted"] == [2, 1]
     spans = record["pipeline_spans"]
     assert len(spans["lanes"]) == 2
-    for s in range(2):
-        ran = [x[1] for x in spans["spans"] if x[0] == s and x[2] in ("forward", "backward")]
-        assert ran == [f"{kind}{m}" for kind, m in stage_ops("1f1b", 2, s, 4)], (s, ran)
+    check_every_stage(record_spans_by_stage(spans), "1f1b", 2, 4, what="the record's")
     assert all(0 <= x[4] <= x[5] for x in spans["spans"])
+    with open(record["trace"]["path"]) as f:
+        timeline = json.load(f)
+    assert trace.problems(timeline) == []
+    # each rank's own stage in its own process (pid = rank) where each stage has one
+    assert {e["pid"] for e in timeline["traceEvents"] if e["ph"] == "X"
+            and e["cat"] == "forward"} == ({0, 1} if record["processes"] == 2 else {0})
+    check_every_stage(trace_spans_by_stage(timeline), "1f1b", 2, 4, what="the timeline's")
+    with pytest.raises(AssertionError, match=PLANTED_SPANS_FAILS["gathered part cut"]):
+        check_every_stage(trace_spans_by_stage(trace_part_cut(timeline, max(
+            e["pid"] for e in timeline["traceEvents"]))), "1f1b", 2, 4, what="planted")
 
 
 # A planted bug, in every process of the run (a sitecustomize module on the path): the

@@ -291,6 +291,12 @@ SPAN_KINDS = {"F": "forward", "B": "backward", "send act": "handover", "send gra
 SHARED_CLOCK = "CLOCK_MONOTONIC" in time.get_clock_info("perf_counter").implementation
 
 
+def rank_rows(rows: np.ndarray, counts) -> list[np.ndarray]:
+    """Each rank's span rows out of the gathered block (rank x most x 5, padded): its
+    first `counts[rank]`."""
+    return [rows[r, :int(n)] for r, n in enumerate(counts)]
+
+
 class PipelineTrainer(Trainer):
     """Model mode's trainer: in one process every stage (devices: one per stage), or in
     rank r of a run with a process per stage, stage r alone (devices: its one device).
@@ -553,7 +559,8 @@ class PipelineTrainer(Trainer):
         kinds = list(SPAN_KINDS)
         every = [self._new_span(int(s), kinds[int(kind)], starts[r] + t0, starts[r] + t1,
                                 None if m < 0 else int(m), int(heads[r, 2]))
-                 for r in range(self.world) for s, kind, m, t0, t1 in rows[r, :int(heads[r, 0])]]
+                 for r, part in enumerate(rank_rows(rows, heads[:, 0]))
+                 for s, kind, m, t0, t1 in part]
         return sorted(every, key=lambda x: x["start"])
 
     def spans_record(self, spans: list[dict]) -> dict | None:
