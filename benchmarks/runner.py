@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from common.facts import registry
+from common.facts import registry, settings
 from common.launch import netns
 from common.launch.launcher import ROOT, child_env, log_tail
 
@@ -126,9 +126,12 @@ def run_config(cfg: dict, out_path: Path, timeout: float, log_path: Path | None 
     (a ValueError there counts as no record, its message in the log tail)."""
     out_path = Path(out_path)
     out_path.unlink(missing_ok=True)
+    env = dict(env or worker_env(cfg.get("threads") or os.cpu_count() or 1))
+    # a setting's environment from the process's start (LD_PRELOAD acts only then)
+    env.update(settings.env_of(settings.get(cfg["framework"], cfg.get("settings") or [])))
     done = run_worker(["-m", "benchmarks.worker", json.dumps(cfg), str(out_path)],
                       log_path or out_path.with_suffix(".log"), timeout, on_line,
-                      env=env or worker_env(cfg.get("threads") or os.cpu_count() or 1),
+                      env=env,
                       cwd=ROOT, stop=stop, python=registry.python(cfg["framework"]))
     if cfg.get("launcher") == "netns":
         netns.clean_stale()     # a killed worker could not remove its emulated network

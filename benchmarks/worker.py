@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from common.core.plan import RunConfig  # the facts table alone: no NumPy yet
+from common.facts import settings
 from common.launch.launcher import thread_env  # noqa: F401 - the benchmarks' commands take it from here
 
 # Quiet the C++ logs of TensorFlow and Paddle so that errors stand out.
@@ -23,6 +24,9 @@ def main(argv: list[str]) -> int:
     cfg_json, out_path = argv[0], argv[1]
     cfg = RunConfig(**json.loads(cfg_json))
     os.environ.update(thread_env(cfg.threads))
+    # a setting's environment, read by the framework when it loads (benchmarks.runner
+    # also starts the process with it: a preloaded allocator acts only from the start)
+    os.environ.update(settings.env_of(settings.get(cfg.framework, cfg.settings)))
     # imported once the thread count is in the environment: NumPy's BLAS (under most
     # of common) and the frameworks size their thread pools at import
     from common.launch.run import run

@@ -264,6 +264,11 @@ class Backend(ABC):
     def synchronize(self) -> None:
         """Wait for all queued work on every device."""
 
+    def apply_setting(self, name: str) -> None:
+        """An in-process setting of the framework's table (common/facts/settings.py, a
+        Setting with hook=True), applied after setup and before any trainer is built."""
+        raise NotApplicable(f"{self.name} has no in-process switch {name!r}")
+
     def op_profiler(self, folder: str) -> OpProfiler:
         """The framework's own op-level profiler (frameworks/<fw>/profile.py), writing
         what it must to `folder`."""

@@ -3,7 +3,7 @@ nodes, ...) run, resolved once when it is made; the epoch loop, the modes, the
 launchers and the record read it and decide nothing again."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from common import models
 from common.facts import registry
@@ -71,6 +71,9 @@ class RunConfig:
     # run this many steps under the framework's own op-level profiler, after as many
     # without it, instead of training epochs (benchmarks.profile); 0: a training run
     profile_steps: int = 0
+    # settings of the framework's table (common/facts/settings.py) this run applies:
+    # its environment, execution and in-process switches; []: the defaults
+    settings: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         if self.execution is None:

@@ -20,7 +20,7 @@ NOT_SCALAR = ("device_names", "cpu_affinity", "sec_per_epoch", "steps_per_epoch"
               "node_sec_per_epoch", "traceback", "env", "trace", "repeats",
               "peak_memory_mb_per_device", "stage_peak_micro_batches",
               "stage_peak_micro_batches_predicted", "stage_activation_bytes",
-              "stage_activation_bytes_predicted", "pipeline_spans", "placement")
+              "stage_activation_bytes_predicted", "pipeline_spans", "placement", "settings")
 RECORD_COLUMNS = tuple(k for k in (*RECORD_KEYS, *COMPARE_KEYS) if k not in NOT_SCALAR)
 
 
@@ -76,6 +76,9 @@ DERIVED = {
                       lambda r, t, row: ((r.get("env") or {}).get("libraries") or {}).get("numpy")),
     "commit": ("the suite's git commit that measured the run (env; -dirty: with uncommitted "
                "changes)", _env("commit")),
+    "settings": ("the settings of the framework's table (common/facts/settings.py) the run "
+                 "applied, comma-separated; empty: the defaults (an untuned row)",
+                 lambda r, t, row: ",".join(r.get("settings") or [])),
     "trace_file": ("the run's timeline (compare --trace), empty when untraced; its times are "
                    "perturbed", lambda r, t, row: (r.get("trace") or {}).get("file")),
 }

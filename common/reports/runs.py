@@ -150,7 +150,9 @@ def mode_label(r: dict) -> str:
     schedule = schedule_of(r)
     return (r["mode"] + (" sync-bn" if r.get("sync_bn") else "")
             + (f" {schedule}" if schedule else "")
-            + (f" {r['nodes']} nodes" if (r.get("nodes") or 1) > 1 else ""))
+            + (f" {r['nodes']} nodes" if (r.get("nodes") or 1) > 1 else "")
+            # a run with settings of its framework's table is labelled so wherever it shows
+            + (f" tuned ({'+'.join(r['settings'])})" if r.get("settings") else ""))
 
 
 def summarize(records: list[dict]) -> list[dict]:

@@ -17,7 +17,7 @@ FAILED = ("failed", "diverged")     # statuses that make compare exit 1
 RECORD_KEYS = (
     # what was run
     "framework", "framework_version", "model", "init", "mode", "devices", "device_names", "device_kind",
-    "processes", "native_mechanism", "execution", "execution_mechanism", "dataset", "epochs",
+    "processes", "native_mechanism", "execution", "execution_mechanism", "settings", "dataset", "epochs",
     "batch_size", "batch_per_device", "scaling", "lr", "sync_bn", "seed", "threads", "cores_per_device", "cpu_affinity",
     "eval_samples",
     # what it measured
@@ -75,7 +75,7 @@ def new_record(cfg: RunConfig) -> dict:
     record = dict.fromkeys(RECORD_KEYS)
     record.update(framework=cfg.framework, model=cfg.model, init=cfg.init, mode=cfg.mode,
                   devices=cfg.devices,
-                  execution=cfg.execution,
+                  execution=cfg.execution, settings=list(cfg.settings),
                   dataset=cfg.dataset, epochs=cfg.epochs, batch_size=cfg.batch_size,
                   batch_per_device=cfg.batch_per_device,
                   scaling="weak" if cfg.batch_per_device else "fixed", lr=cfg.lr,
@@ -141,7 +141,9 @@ def record_filename(record: dict) -> str:
     ran = schedule_of(record)
     schedule = f"-{ran}" if ran and ran != RunConfig.schedule else ""
     nodes = f"{record['nodes']}nodes-" if (record.get("nodes") or 1) > 1 else ""
-    return (f"{model}{record['framework']}-{record['mode']}{sync}{execution}{schedule}-"
+    # a tuned run (compare --settings) never takes a default run's file
+    tuned = "-tuned-" + "+".join(record["settings"]) if record.get("settings") else ""
+    return (f"{model}{record['framework']}-{record['mode']}{sync}{execution}{schedule}{tuned}-"
             f"{nodes}{record['devices']}dev.json")
 
 

@@ -35,6 +35,19 @@ class Devices:
     def version(self):
         return torch.__version__
 
+    # the in-process settings of common/facts/settings.py's PyTorch table: the CUDA
+    # libraries' switches, read when a kernel is chosen
+    SWITCHES = {
+        "cudnn-benchmark": lambda: setattr(torch.backends.cudnn, "benchmark", True),
+        "tf32": lambda: (setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+                         setattr(torch.backends.cudnn, "allow_tf32", True)),
+    }
+
+    def apply_setting(self, name):
+        if name not in self.SWITCHES:
+            super().apply_setting(name)
+        self.SWITCHES[name]()
+
     def num_gpus(self):
         return torch.cuda.device_count()
 

@@ -1,0 +1,197 @@
+"""The settings each framework's own documentation recommends for training, as data: one
+table per framework (SETTINGS), each setting with the page it comes from, where it
+applies (a CPU, a GPU), what it needs (a CPU flag, a library file) and how it is applied:
+environment variables set before the framework loads, an execution (compilation) the run
+switches to, or an in-process switch the framework's package applies (Backend.
+apply_setting). benchmarks.settings measures each against the defaults; compare
+--settings runs with them, and every record names the settings it ran with.
+
+Imports no framework: the tables are read to plan runs and to refuse bad input."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from common.facts import machine
+
+# What a setting changes, in the issue's words
+KINDS = ("threads", "library", "compile", "layout", "allocator", "precision", "communication")
+# Environment variables that hold a list of flags: two settings' values join
+JOINED = {"XLA_FLAGS": " ", "LD_PRELOAD": ":"}
+# Debian's allocators (packages libjemalloc2, libtcmalloc-minimal4)
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+
+
+class UnknownSetting(ValueError):
+    """A setting that the framework's table does not hold, or one this machine cannot apply."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    what: str                       # one line: what it changes
+    source: str                     # the documentation page that recommends it
+    kind: str                       # one of KINDS
+    devices: tuple[str, ...] = ("cpu", "gpu")   # the device kinds it applies to
+    env: dict = field(default_factory=dict)     # set before the framework loads
+    execution: str | None = None    # the execution (registry.EXECUTIONS) it runs
+    hook: bool = False              # an in-process switch: Backend.apply_setting(name)
+    needs_flags: tuple[str, ...] = ()   # CPU flags, one of which must be present
+    needs_file: str | None = None   # a file that must exist (a library to preload)
+    # "float32" or the lower precision it computes in (its own tolerance: PRECISION)
+    precision: str = "float32"
+
+
+# How far a setting's run may stray from the defaults' on the same weights and batches
+# (the relative difference of the first AGREE_STEPS step losses, the defaults' being the
+# run the conformance suite holds to the NumPy oracle), and how much test accuracy it may
+# lose after the default epochs. float32: other kernels and summation orders, a few ulps
+# per op growing over the steps (rows of different frameworks agree to 1e-4 on LeNet's
+# first steps); TF32 keeps 10 mantissa bits (relative rounding 2^-11, about 5e-4 per
+# product); bfloat16 keeps 7 (2^-8, about 4e-3)
+PRECISION = {"float32": {"step_loss": 2e-3, "accuracy": 0.02},
+             "tf32": {"step_loss": 2e-2, "accuracy": 0.02},
+             "bfloat16": {"step_loss": 1e-1, "accuracy": 0.03}}
+AGREE_STEPS = 10
+
+_TORCH_TUNING = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
+_JAX_GPU = "https://docs.jax.dev/en/latest/gpu_performance_tips.html"
+_XLA_FLAGS = "https://docs.jax.dev/en/latest/xla_flags.html"
+# XLA 0.10's YNNPACK fusions, which made JAX's LeNet 2x slower than 0.7.1's on these CPUs
+# (docs/results/cpu-2core-versions.md); the flag's empty value turns them off
+_YNN_OFF = Setting("ynn-fusion-off", "XLA's CPU YNNPACK fusions off (XLA_FLAGS)", _XLA_FLAGS,
+                   "compile", ("cpu",), {"XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type="})
+_OMP_AFFINITY = {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
+
+SETTINGS: dict[str, tuple[Setting, ...]] = {
+    "pytorch": (
+        Setting("compiled", "torch.compile (inductor) instead of eager", 
+                "https://pytorch.org/docs/stable/generated/torch.compile.html", "compile",
+                execution="compiled"),
+        Setting("omp-affinity", "OpenMP threads bound to cores (OMP_PROC_BIND, OMP_PLACES)",
+                _TORCH_TUNING, "threads", ("cpu",), _OMP_AFFINITY),
+        Setting("jemalloc", "jemalloc as the allocator (LD_PRELOAD)", _TORCH_TUNING, "allocator",
+                ("cpu",), {"LD_PRELOAD": JEMALLOC}, needs_file=JEMALLOC),
+        Setting("tcmalloc", "tcmalloc as the allocator (LD_PRELOAD)", _TORCH_TUNING, "allocator",
+                ("cpu",), {"LD_PRELOAD": TCMALLOC}, needs_file=TCMALLOC),
+        Setting("cudnn-benchmark", "cuDNN's auto-tuner picks each convolution's algorithm "
+                "(torch.backends.cudnn.benchmark)", _TORCH_TUNING, "library", ("gpu",), hook=True),
+        Setting("tf32", "TF32 tensor cores for float32 matrix products "
+                "(torch.backends.cuda.matmul.allow_tf32; cuDNN's convolutions use them by default)",
+                "https://pytorch.org/docs/stable/notes/cuda.html"
+                "#tensorfloat-32-tf32-on-ampere-and-later-devices", "precision", ("gpu",),
+                hook=True, precision="tf32"),
+    ),
+    "tensorflow": (
+        Setting("xla", "XLA: the step compiled with jit_compile=True",
+                "https://www.tensorflow.org/xla", "compile", execution="compiled"),
+    ),
+    "mxnet": (
+        Setting("hybridize", "hybridize(static_alloc, static_shape) for every mode",
+                "https://mxnet.apache.org/versions/1.9.1/api/python/docs/tutorials/packages/"
+                "gluon/blocks/hybridize.html", "compile", execution="compiled"),
+        Setting("omp-affinity", "OpenMP threads bound to cores (OMP_PROC_BIND, OMP_PLACES)",
+                "https://mxnet.apache.org/versions/1.9.1/api/faq/perf", "threads", ("cpu",),
+                _OMP_AFFINITY),
+    ),
+    "paddle": (
+        Setting("to-static", "paddle.jit.to_static: the forward as a static program",
+                "https://www.paddlepaddle.org.cn/documentation/docs/en/guides/jit/"
+                "basic_usage_en.html", "compile", execution="compiled"),
+        Setting("onednn", "oneDNN kernels in dynamic graph mode (FLAGS_use_mkldnn)",
+                "https://www.paddlepaddle.org.cn/documentation/docs/en/guides/flags/"
+                "flags_en.html", "library", ("cpu",), {"FLAGS_use_mkldnn": "1"}),
+    ),
+    "jax": (
+        _YNN_OFF,
+        Setting("triton-gemm", "XLA's Triton GEMM emitter for every matrix product it supports",
+                _JAX_GPU, "compile", ("gpu",), {"XLA_FLAGS": "--xla_gpu_triton_gemm_any=True"}),
+        Setting("bf16-matmul", "bfloat16 matrix products and convolutions "
+                "(JAX_DEFAULT_MATMUL_PRECISION)", _JAX_GPU, "precision", ("gpu",),
+                {"JAX_DEFAULT_MATMUL_PRECISION": "bfloat16"}, precision="bfloat16"),
+    ),
+    "keras-tensorflow": (
+        Setting("xla", "Model.compile(jit_compile=True): train_step compiled by XLA",
+                "https://keras.io/api/models/model_training_apis/", "compile",
+                execution="compiled"),
+    ),
+    "keras-jax": (_YNN_OFF,),
+    "keras-torch": (
+        Setting("compiled", "Model.compile(jit_compile=True): train_step in torch.compile",
+                "https://keras.io/api/models/model_training_apis/", "compile",
+                execution="compiled"),
+    ),
+}
+
+
+def table(framework: str) -> dict[str, Setting]:
+    return {s.name: s for s in SETTINGS.get(framework, ())}
+
+
+def get(framework: str, names) -> list[Setting]:
+    """The named settings of a framework, in table order; UnknownSetting names what is
+    not in its table and what is."""
+    own = table(framework)
+    unknown = [n for n in names if n not in own]
+    if unknown:
+        raise UnknownSetting(f"{framework} has no setting {', '.join(map(repr, unknown))}; "
+                             f"its settings: {', '.join(own) or 'none'} (common/facts/settings.py)")
+    return [s for s in own.values() if s.name in names]
+
+
+def why_not(setting: Setting, device_kind: str, flags: set[str] | None = None) -> str | None:
+    """Why a setting cannot run on this machine's `device_kind` ("cpu" or "gpu"), or None."""
+    if device_kind not in setting.devices:
+        return f"{setting.name} applies to {' and '.join(setting.devices)} runs, not {device_kind}"
+    flags = machine.cpu_flags() if flags is None else flags
+    if setting.needs_flags and not flags & set(setting.needs_flags):
+        return f"{setting.name} needs a CPU with {' or '.join(setting.needs_flags)}"
+    if setting.needs_file and not os.path.exists(setting.needs_file):
+        return f"{setting.name} needs {setting.needs_file}, which this machine lacks"
+    return None
+
+
+def env_of(settings: list[Setting]) -> dict[str, str]:
+    """The environment of several settings together: list-valued variables joined, any
+    other variable set by two of them to different values refused."""
+    env: dict[str, str] = {}
+    for s in settings:
+        for k, v in s.env.items():
+            if k in env and k in JOINED:
+                env[k] = env[k] + JOINED[k] + v
+            elif k in env and env[k] != v:
+                raise UnknownSetting(f"settings set {k} both to {env[k]!r} and {v!r}: "
+                                     "apply one of them")
+            else:
+                env[k] = v
+    return env
+
+
+def execution_of(settings: list[Setting], default: str) -> str:
+    """The execution a run with these settings runs: the one a setting names, else the default."""
+    named = {s.execution for s in settings if s.execution}
+    if len(named) > 1:
+        raise UnknownSetting(f"settings name several executions: {', '.join(sorted(named))}")
+    return named.pop() if named else default
+
+
+def precision_of(settings: list[Setting]) -> str:
+    """The lowest precision among the settings (its tolerance applies to the run)."""
+    order = list(PRECISION)
+    return max((s.precision for s in settings), key=order.index, default="float32")
+
+
+def machine_kind() -> str:
+    """The kind of machine settings were measured on, as a file name: the GPU's model
+    where one runs the rows, else the CPU's model, core count and widest vector
+    extension (AVX-512 and AVX2-only CPUs of one model differ twice over)."""
+    gpu = machine.gpu_model()
+    if gpu:
+        name = gpu
+    else:
+        flags = machine.cpu_flags()
+        isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse"
+        name = f"{machine.cpu_model()} {os.cpu_count()}core {isa}"
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
