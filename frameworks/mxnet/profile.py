@@ -39,7 +39,7 @@ RULES = (
      "softmax and loss"),
     # scratch's sgd (frameworks/mxnet/scratch.py), gluon.Trainer's multi_sgd_update
     (r"^sgd$|^(multi_)?(mp_)?sgd(_mom)?_update$|^(preloaded_)?multi_sgd", "optimizer update"),
-    (r"^allreduce$|^KVStore|^ReduceSumCPU|^Comm|^_?broadcast$", "communication"),
+    (r"^allreduce$", "communication"),
     (r"^(_backward_)?(copy|_copy|_copyto|Flatten|Reshape|reshape|transpose|SwapAxis|"
      r"expand_dims|squeeze|slice|_slice_assign\w*|_crop_assign\w*|Cast|cast)$|^Copy\w+2\w+$",
      "copies and layout"),
