@@ -217,6 +217,28 @@ SEEN = {
         "pd_op.add_grad": "other named ops",
         "construct_grad_tensor": "other named ops",
     },
+    "mxnet": {
+        # a hybridized graph (native) and eager ops (scratch) name the same layers apart
+        "Convolution": "conv forward", "_backward_Convolution": "conv backward",
+        "FullyConnected": "dense forward", "_backward_FullyConnected": "dense backward",
+        "dot": "dense forward", "_backward_dot": "dense backward",
+        "Pooling": "pooling", "_backward_Pooling": "pooling",
+        "Activation": "activation", "_backward_Activation": "activation",
+        "relu": "activation", "_backward_relu": "activation",
+        "BatchNorm": "batchnorm", "_backward_BatchNorm": "batchnorm",
+        "log_softmax": "softmax and loss", "_backward_log_softmax": "softmax and loss",
+        "pick": "softmax and loss", "_backward_pick": "softmax and loss",
+        "sgd_update": "optimizer update", "multi_sgd_update": "optimizer update",
+        "sgd": "optimizer update", "allreduce": "communication",
+        "Flatten": "copies and layout", "_backward_copy": "copies and layout",
+        "broadcast_add": "other named ops", "_backward_broadcast_add": "other named ops",
+        "_mul_scalar": "other named ops", "mean": "other named ops", "add_n": "other named ops",
+        "DeleteVariable": "other named ops", "SetValueOp": "other named ops",
+        "dlc-profile-step 0": "container", "WaitForVar": "container",
+        # engine bulking left on (its profile_env missing): one event for many ops
+        "ImperativeBulk": None,
+        "Activation,Pooling,Convolution,Activation,Pooling,FullyConnected,Activation": None,
+    },
 }
 
 
@@ -270,3 +292,25 @@ def test_a_window_that_is_not_the_wall_clocks_is_untrusted():
     a = profile.attribute(window(ev("conv", 0, 100_000), hi=100_000), RULES, 1)
     assert profile.check(a, wall_ms=102) is None
     assert "do not hold the steps' work" in profile.check(a, wall_ms=150)
+
+
+ENV_FRAMEWORKS = [n for n in registry.NAMES if registry.facts(n).profile_env
+                  and registry.is_installed(n)]
+
+
+@pytest.mark.parametrize("framework", ENV_FRAMEWORKS)
+def test_a_profiled_process_has_its_profile_env_before_the_framework_loads(framework):
+    """registry.get(name, profiled=True) sets the facts' profile_env before the framework
+    loads (MXNet reads engine bulking then); asked once the framework is loaded without
+    it (planted: the environment would come too late), it refuses."""
+    from tests.conftest import run_python
+    env = registry.facts(framework).profile_env
+    code = ("import os, sys\nfrom common.facts import registry\n"
+            f"registry.get({framework!r}, profiled=sys.argv[1] == 'first')\n"
+            f"print({{k: os.environ.get(k) for k in {list(env)!r}}})\n"
+            "if sys.argv[1] == 'late':\n"
+            f"    registry.get({framework!r}, profiled=True)\n")
+    first = run_python(["-c", code, "first"], framework=framework)
+    assert first.returncode == 0 and first.stdout.strip() == str(env), first.stderr[-2000:]
+    late = run_python(["-c", code, "late"], framework=framework)
+    assert late.returncode != 0 and "must be set before it loads" in late.stderr, late.stderr[-2000:]

@@ -100,6 +100,10 @@ class Framework:
     lacks: dict[str, str] = field(default_factory=dict)
     # environment that must be set before the framework's modules load (Keras's backend)
     env: dict[str, str] = field(default_factory=dict)
+    # more of it for a process that runs the framework's op-level profiler (benchmarks.profile's
+    # workers, the conformance process): set by get(name, profiled=True), so both of the
+    # profile's windows run with it, the one without the profiler too
+    profile_env: dict[str, str] = field(default_factory=dict)
     # the Python environment its processes run in: "" the main one (the interpreter that
     # runs the suite), else one of its own (see python() below)
     environment: str = ""
@@ -134,7 +138,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"dataparallel": _NOT_DATAPARALLEL.format("mxnet"),
                "graph": "MXNet's graph mode is hybridize(), run as --execution compiled"},
               # 1.9.1, its last release, needs NumPy 1; every other framework runs NumPy 2
-              environment="mxnet"),
+              environment="mxnet",
+              # engine bulking off, read when libmxnet loads: bulked, mxnet.profiler shows a
+              # hybridized forward or backward as one event ("Activation,Pooling,...") and
+              # eager autograd's as "ImperativeBulk" (measured: 98.9 % of LeNet's op time)
+              profile_env={"MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN": "0"}),
     Framework("paddle", "frameworks.paddle", ("paddle",), ("paddlepaddle", "paddlepaddle-gpu"),
               "paddle", "paddle.DataParallel, one process per device "
               "(gloo on CPU, nccl on GPU)", True,
@@ -318,15 +326,23 @@ def not_installed(name: str) -> str:
             f"{where}); install it with: {install_hint(name)}")
 
 
-def get(name: str):
+def get(name: str, profiled: bool = False):
     """Import one framework package on demand and return its backend instance (after
-    setting the environment its facts name, which must precede the import)."""
+    setting the environment its facts name, which must precede the import; `profiled`:
+    with its profile_env too, for a process that runs its op-level profiler)."""
     if not is_installed(name):
         raise NotInstalled(not_installed(name))
     if python(name) != sys.executable:
         raise NotInstalled(f"framework {name!r} runs in an environment of its own: start its "
                            f"process with {python(name)} (common.facts.registry.python)")
     os.environ.update(facts(name).env)
+    if profiled:
+        env = facts(name).profile_env
+        if any(m in sys.modules for m in facts(name).imports) and any(
+                os.environ.get(k) != v for k, v in env.items()):
+            raise RuntimeError(f"{name} is already loaded: {env} (its profile_env) must be set "
+                               "before it loads")
+        os.environ.update(env)
     return importlib.import_module(facts(name).package).BACKEND
 
 

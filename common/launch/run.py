@@ -77,7 +77,7 @@ def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> d
         record["cpu_affinity"] = cores
     if not registry.is_installed(cfg.framework):
         return mark_not_installed(record)
-    backend = registry.get(cfg.framework)
+    backend = registry.get(cfg.framework, profiled=bool(cfg.profile_steps))
     with outcome(record):
         ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
         record["framework_version"] = backend.version()
@@ -134,7 +134,7 @@ def _profile(record: dict, backend, trainer, cfg: RunConfig, ds, events_path: Pa
     result = profiling.profile(backend, trainer, cfg, ds)
     attribution = profile.of_run(result)
     events = result.pop("events")
-    record["profile"] = {**result, **attribution}
+    record["profile"] = {**result, **attribution, "env": backend.facts.profile_env}
     if events_path is not None:
         profile.write_events(events_path, events)
         record["profile"]["events_file"] = events_path.name

@@ -111,6 +111,16 @@ def not_profiled(records: list[dict]) -> list[str]:
             for r in records if r not in ok(records)]
 
 
+def env_lines(records: list[dict]) -> list[str]:
+    """The environment a framework's profiled processes ran with (its facts' profile_env),
+    which both of its windows share: its steps here are not compare's."""
+    envs = {r["framework"]: r["profile"]["env"] for r in ok(records) if r["profile"].get("env")}
+    return [f"- {f}'s processes ran with {', '.join(f'`{k}={v}`' for k, v in env.items())} "
+            "(common/facts/registry.py `profile_env`, set before the framework loads, so "
+            "that its profiler sees each op), its window without the profiler too: its "
+            "steps here are not those compare times." for f, env in envs.items()]
+
+
 def plot(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -188,5 +198,5 @@ def markdown(records: list[dict], limits: dict, command: str, plots: dict[str, s
               "the compiled HLO, with the backward pass told apart by the op's metadata.",
               "- The profiled window runs after the same warm-up as compare and after an "
               "equal window without the profiler; the profiler's cost is the ratio of the "
-              "two.", ""]
+              "two.", *env_lines(records), ""]
     return "\n".join(lines)

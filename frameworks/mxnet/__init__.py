@@ -12,10 +12,11 @@ from .devices import Devices  # noqa: E402
 from .models import Models  # noqa: E402
 from .native import Native  # noqa: E402
 from .pipeline import Pipeline  # noqa: E402
+from .profile import Profile  # noqa: E402
 from .scratch import Scratch  # noqa: E402
 
 
-class MXNetBackend(Devices, Models, Scratch, Native, Pipeline, Backend):
+class MXNetBackend(Devices, Models, Scratch, Native, Pipeline, Profile, Backend):
     name = "mxnet"
 
 

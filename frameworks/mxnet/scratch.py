@@ -8,6 +8,7 @@ from common.core.contract import Replica
 
 from .devices import context
 from .models import loss
+from .profile import annotate
 
 
 class ShardStep(HybridBlock):
@@ -50,10 +51,13 @@ class Scratch:
             nd.array(v, ctx=s.context, dtype=s.dtype).copyto(s)
 
     def allreduce(self, data):
-        for i in range(1, len(data)):
-            data[0][:] += data[i].copyto(data[0].context)
-        for i in range(1, len(data)):
-            data[0].copyto(data[i])          # copyto writes into data[i] in place
+        # named in mxnet.profiler's trace (profile.py RULES: communication); the engine
+        # runs the copies and sums asynchronously: the annotation holds their dispatch
+        with annotate("allreduce"):
+            for i in range(1, len(data)):
+                data[0][:] += data[i].copyto(data[0].context)
+            for i in range(1, len(data)):
+                data[0].copyto(data[i])          # copyto writes into data[i] in place
 
     def split_batch(self, X, y, devices):
         # even_split=False cuts as common.facts.data.shard_bounds: the first shards one larger
@@ -85,8 +89,9 @@ class Scratch:
         return [p.grad for p in replica]
 
     def sgd(self, replica, scale):
-        for p in replica:
-            nd.sgd_update(p, p.grad, lr=scale, out=p)   # grads are overwritten by backward
+        with annotate("sgd"):                # profile.py RULES: optimizer update
+            for p in replica:
+                nd.sgd_update(p, p.grad, lr=scale, out=p)   # grads are overwritten by backward
 
     def add(self, values, device):
         ctx = context(device)
