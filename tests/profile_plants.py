@@ -25,5 +25,22 @@ def _torch_relu():
         F.relu = relu
 
 
+@contextlib.contextmanager
+def _tf_relu():
+    # tf.nn.relu as the models call it (looked up at each call, also while tracing)
+    import tensorflow as tf
+    relu = tf.nn.relu
+
+    def many(x, name=None):
+        for _ in range(REPEATS - 1):
+            x = relu(x)
+        return relu(x, name)
+    tf.nn.relu = many
+    try:
+        yield
+    finally:
+        tf.nn.relu = relu
+
+
 # framework -> the planted activation cost
-ACTIVATION = {"pytorch": _torch_relu}
+ACTIVATION = {"pytorch": _torch_relu, "tensorflow": _tf_relu}
