@@ -28,7 +28,8 @@ RULES = (
      r"^EagerLocalExecute: __inference_|"
      r"^(EagerExecute|EagerKernelExecute|EagerCopyToDevice|ValidateInputTypeAndPlacement|"
      r"TFE_\w+|KernelAndDevice(Func|Op)::Run|FunctionRun|ExecutorState::Process|"
-     r"ExecutorDoneCallback|Memory(Allocation|Deallocation))$", "container"),
+     r"ExecutorDoneCallback|ExecutorState::ProcessAsync::\w+|ParallelFor|Memory(Allocation|Deallocation))$",
+     "container"),
     (r"^sgd$|^sgd/|/sgd/|^update_\d+(_\d+)?/", "optimizer update"),
     (r"^allreduce$|^allreduce/|/allreduce/|"
      r"(?<!:): ?(CollectiveReduce\w*|NcclAllReduce\w*)$", "communication"),
@@ -36,13 +37,17 @@ RULES = (
     (r"(?<!:): ?(_Mkl\w*?)?Conv2DBackpropFilter\w*$", "conv backward weight"),
     (r"(?<!:): ?(_Mkl\w*?|_Fused)?(Depthwise)?Conv2D\w*$", "conv forward"),
     # a product's gradient: TensorFlow's gradient functions run under "gradient_tape/"
-    (r"^gradient_tape/.*(?<!:): ?(_Mkl\w*?)?(MatMul|BatchMatMul\w*)$", "dense backward"),
+    (r"(^|/)gradient_tape/.*(?<!:): ?(_Mkl\w*?)?(MatMul|BatchMatMul\w*)$", "dense backward"),
     (r"(?<!:): ?(_Mkl\w*?|_Fused)?(MatMul|BatchMatMul\w*)$", "dense forward"),
     (r"(?<!:): ?(_Mkl\w*?)?(AvgPool|MaxPool)\w*$", "pooling"),
     (r"(?<!:): ?(_Mkl\w*?)?(Relu|ReluGrad|Relu6|Relu6Grad|Sigmoid|SigmoidGrad)$", "activation"),
     (r"(?<!:): ?(_Mkl\w*?)?FusedBatchNorm\w*$", "batchnorm"),
     (r"(?<!:): ?(Sparse)?(SoftmaxCrossEntropyWithLogits|Softmax|LogSoftmax)$",
      "softmax and loss"),
+    # tf.data making the batches (Keras's fit): the input pipeline copies them
+    (r"^Iterator::|^IteratorGetNextOp::|(?<!:): ?(IteratorGetNext|MakeIterator|\w+Dataset(V\d)?|"
+     r"AnonymousIterator\w*|Optional(HasValue|GetValue|FromValue|None)|DatasetCardinality)$",
+     "copies and layout"),
     (r"(?<!:): ?(_Mkl\w*?)?(Identity|IdentityN|Transpose|Reshape|Shape|ShapeN|Squeeze|"
      r"ExpandDims|Slice|StridedSlice|ConcatV2|Pack|Unpack|Cast|ReadVariableOp|_EagerConst|"
      r"Const|Fill|ZerosLike|OnesLike|Tile|BroadcastTo|_Arg|_Retval|_Send|_Recv|_HostSend|"
@@ -71,16 +76,20 @@ def _stats(plane, event) -> dict:
 
 
 def read_xspace(path: str, rules=RULES) -> list[dict]:
-    """Every timed event of an XSpace in the common form, thread "PLANE LINE". A thread
-    pool's task on a worker thread (between ThreadpoolListener's StartRegion and
-    StopRegion, with no event of its own) is named after the op that scheduled it: the
-    innermost op event (by `rules`) holding the Record whose producer id is the task's
-    consumer id, followed through tasks that schedule tasks. So Eigen's and oneDNN's
-    pieces of a convolution are that convolution."""
-    compiled = compile_rules(rules)
     space = xplane_pb2.XSpace()
     with open(path, "rb") as f:
         space.ParseFromString(f.read())
+    return xspace_events(space, rules)
+
+
+def xspace_events(space, rules=RULES) -> list[dict]:
+    """Every timed event of an XSpace in the common form, thread "PLANE LINE". A thread
+    pool's task on a worker thread (between ThreadpoolListener's StartRegion and
+    StopRegion, holding no op of its own: at most a ParallelFor) is named after the op
+    that scheduled it: the innermost op event (by `rules`) holding the Record whose
+    producer id is the task's consumer id, followed through tasks that schedule tasks.
+    So Eigen's and oneDNN's pieces of a convolution are that convolution."""
+    compiled = compile_rules(rules)
     by_thread, records, regions = {}, {}, []
     for plane in space.planes:
         if not plane.name.startswith(("/host:", "/device:")):
@@ -117,13 +126,12 @@ def read_xspace(path: str, rules=RULES) -> list[dict]:
     ops = {t: [e for e in evs if cls[e["name"]] != CONTAINER] for t, evs in by_thread.items()}
     op_starts = {t: [e["start"] for e in evs] for t, evs in ops.items()}
     longest = {t: max((e["end"] - e["start"] for e in evs), default=0.0) for t, evs in ops.items()}
-    starts = {t: [e["start"] for e in evs] for t, evs in by_thread.items()}
     tasks = {t: [] for t in by_thread}        # the tasks named so far, per thread, by start
 
     def holder(thread, at):
         named = tasks[thread]
         i = bisect.bisect_right(named, at, key=lambda e: e["start"])
-        if i and named[i - 1]["end"] > at:    # a task holds no event of its own
+        if i and named[i - 1]["end"] > at:    # a named task holds no op of its own
             return named[i - 1]
         evs, i = ops[thread], bisect.bisect_right(op_starts[thread], at)
         while i > 0 and evs[i - 1]["start"] >= at - longest[thread]:
@@ -133,9 +141,9 @@ def read_xspace(path: str, rules=RULES) -> list[dict]:
         return None
 
     for lo, hi, thread, consumer in sorted(regions):     # a task before the tasks it schedules
-        i = bisect.bisect_left(starts[thread], lo)
-        if consumer not in records or (i < len(starts[thread]) and starts[thread][i] < hi):
-            continue                          # an executor's task: its own events count
+        i = bisect.bisect_left(op_starts[thread], lo)
+        if consumer not in records or (i < len(op_starts[thread]) and op_starts[thread][i] < hi):
+            continue                          # an executor's task: its own ops count
         op = holder(*records[consumer])
         if op is not None:
             tasks[thread].append({"name": op["name"], "start": lo, "end": hi, "thread": thread})
