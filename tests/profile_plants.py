@@ -74,6 +74,64 @@ def _mxnet_relu():
             setattr(owner, name, value)
 
 
+@contextlib.contextmanager
+def _tf_relu():
+    # tf.nn.relu as the models call it (looked up at each call, also while tracing)
+    import tensorflow as tf
+    relu = tf.nn.relu
+
+    def many(x, name=None):
+        for _ in range(REPEATS - 1):
+            x = relu(x)
+        return relu(x, name)
+    tf.nn.relu = many
+    try:
+        yield
+    finally:
+        tf.nn.relu = relu
+
+
+def _xla_loop(relu):
+    """`relu` REPEATS times in a JAX fori_loop, with a custom VJP that is REPEATS ReLU
+    gradients in a loop too: written plainly, XLA fuses the chained maxima into one
+    elementwise pass and the plant costs nothing."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    @jax.custom_vjp
+    def many(x):
+        return lax.fori_loop(0, REPEATS, lambda i, h: relu(h), x)
+
+    def forward(x):
+        y = many(x)
+        return y, y
+
+    def backward(y, g):
+        return (lax.fori_loop(0, REPEATS, lambda i, h: jnp.where(y > 0, h, 0.0), g),)
+    many.defvjp(forward, backward)
+    return many
+
+
+@contextlib.contextmanager
+def _keras_relu():
+    """The backend's relu that Keras's "relu" activation and ReLU layer call (looked up at
+    each call, also while tracing), on each of Keras's backends."""
+    from keras.src import backend
+    relu = backend.nn.relu
+
+    def chain(x):
+        for _ in range(REPEATS):
+            x = relu(x)
+        return x
+    backend.nn.relu = _xla_loop(relu) if backend.backend() == "jax" else chain
+    try:
+        yield
+    finally:
+        backend.nn.relu = relu
+
 
 # framework -> the planted activation cost
-ACTIVATION = {"pytorch": _torch_relu, "paddle": _paddle_relu, "mxnet": _mxnet_relu}
+ACTIVATION = {"pytorch": _torch_relu, "paddle": _paddle_relu, "mxnet": _mxnet_relu,
+              "tensorflow": _tf_relu, "keras-tensorflow": _keras_relu,
+              "keras-torch": _keras_relu, "keras-jax": _keras_relu}

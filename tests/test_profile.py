@@ -12,7 +12,7 @@ from common.core.contract import STEP_MARK
 from common.facts import registry
 from common.models import costs
 from common.results import profile
-from tests.conftest import usage_error
+from tests.conftest import covered, run_python, usage_error
 
 RULES = (("^dlc-profile-step|^python", "container"), ("^conv$", "conv forward"),
          ("^conv_grad$", "conv backward"), ("^relu", "activation"), ("^alloc$", "other named ops"))
@@ -239,6 +239,48 @@ SEEN = {
         "ImperativeBulk": None,
         "Activation,Pooling,Convolution,Activation,Pooling,FullyConnected,Activation": None,
     },
+    "tensorflow": dict([
+        # a tf.function's kernels ("NODE:TYPE", oneDNN's types) and the runtime around them
+        ("gradient_tape/Conv2DBackpropInput:_MklNativeConv2DBackpropInput", "conv backward input"),
+        ("gradient_tape/Conv2DBackpropFilter_1:_MklNativeConv2DBackpropFilter",
+         "conv backward weight"),
+        ("Relu_1:_MklNativeFusedConv2D", "conv forward"),
+        ("gradient_tape/matmul/MatMul_1:_MklMatMul", "dense backward"),
+        ("Relu_2:_MklNativeFusedMatMul", "dense forward"),
+        ("gradient_tape/AvgPool2D/AvgPoolGrad:_MklNativeAvgPoolGrad", "pooling"),
+        ("gradient_tape/ReluGrad_2:ReluGrad", "activation"),
+        ("FusedBatchNormV3:_MklFusedBatchNormV3", "batchnorm"),
+        ("SparseSoftmaxCrossEntropyWithLogits/SparseSoftmaxCrossEntropyWithLogits:"
+         "SparseSoftmaxCrossEntropyWithLogits", "softmax and loss"),
+        ("sgd/AssignSubVariableOp_1:AssignSubVariableOp", "optimizer update"),
+        ("update_0_4/AssignSubVariableOp:AssignSubVariableOp", "optimizer update"),
+        ("allreduce/AddN:AddN", "communication"),
+        ("transpose:_MklTranspose", "copies and layout"),
+        ("gradient_tape/add/Sum:Sum", "other named ops"),
+        ("ExecutorState::Process", "container"),
+        ("KernelAndDeviceFunc::Run", "container"),
+        ("EagerLocalExecute: __inference__distributed_step_158", "container"),
+        ("tf.function _distributed_step", "container"),
+        # eager ops (no node name) and the annotations around the suite's own loops
+        ("EagerLocalExecute: Conv2DBackpropInput", "conv backward input"),
+        ("EagerLocalExecute: Relu", "activation"),
+        ("sgd", "optimizer update"),
+        ("allreduce", "communication"),
+        # Keras's fit on TensorFlow: its train function, tf.data's batches, Eigen's helpers
+        ("StatefulPartitionedCall/gradient_tape/sequential_1/dense_1/MatMul/MatMul_1:_MklMatMul",
+         "dense backward"),
+        ("StatefulPartitionedCall/gradient_tape/sequential_1/conv2d_1/convolution/"
+         "Conv2DBackpropFilter:_MklNativeConv2DBackpropFilterWithBias", "conv backward weight"),
+        ("Iterator::Root::BatchV2", "copies and layout"),
+        ("IteratorGetNextOp::DoCompute", "copies and layout"),
+        ("ParallelFor", "container"),
+    ]),
+    # Keras's own rules alone (its backend's come after them)
+    "keras-tensorflow": dict([
+        ("StatefulPartitionedCall/sgd_1/AssignSubVariableOp_4:AssignSubVariableOp",
+         "optimizer update"),
+        ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "copies and layout"),
+    ]),
 }
 
 
@@ -314,3 +356,62 @@ def test_a_profiled_process_has_its_profile_env_before_the_framework_loads(frame
     assert first.returncode == 0 and first.stdout.strip() == str(env), first.stderr[-2000:]
     late = run_python(["-c", code, "late"], framework=framework)
     assert late.returncode != 0 and "must be set before it loads" in late.stderr, late.stderr[-2000:]
+
+
+# An XSpace as TensorFlow's profiler writes it (ps offsets on ns line clocks): a kernel
+# on the main thread schedules an Eigen task (Record _p=1 -> StartRegion _c=1) on a
+# worker, which holds only a ParallelFor and schedules a second task (2); an executor's
+# task (3) holds a kernel of its own and keeps it.
+TF_TASKS = """
+import json, sys
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
+from frameworks.tensorflow import profile
+space = xplane_pb2.XSpace()
+plane = space.planes.add(name="/host:CPU")
+names = ["Conv2D:_MklNativeConv2D", "ThreadpoolListener::Record", "ThreadpoolListener::StartRegion",
+         "ThreadpoolListener::StopRegion", "ParallelFor", "ExecutorState::Process", "Relu:Relu"]
+for i, n in enumerate(names, 1):
+    plane.event_metadata[i].name = n
+for i, n in enumerate(["_p", "_pt", "_c", "_ct"], 1):
+    plane.stat_metadata[i].name = n
+def line(i):
+    return plane.lines.add(id=i, timestamp_ns=1000)
+def event(line, name, start_us, dur_us, **stats):
+    e = line.events.add(metadata_id=names.index(name) + 1, offset_ps=int(start_us * 1e6),
+                        duration_ps=int(dur_us * 1e6))
+    for k, v in stats.items():
+        e.stats.add(metadata_id=["_p", "_pt", "_c", "_ct"].index(k) + 1, int64_value=v)
+main, worker, other = line(1), line(2), line(3)
+event(main, "Conv2D:_MklNativeConv2D", 0, 100)
+event(main, "ThreadpoolListener::Record", 10, 0, _p=1, _pt=15)
+event(main, "ThreadpoolListener::Record", 60, 0, _p=3, _pt=15)
+event(worker, "ThreadpoolListener::StartRegion", 20, 0, _c=1, _ct=15)
+event(worker, "ParallelFor", 21, 30)
+event(worker, "ThreadpoolListener::Record", 25, 0, _p=2, _pt=15)
+event(worker, "ThreadpoolListener::StopRegion", 60, 0)
+event(other, "ThreadpoolListener::StartRegion", 30, 0, _c=2, _ct=15)
+event(other, "ThreadpoolListener::StopRegion", 50, 0)
+event(worker, "ThreadpoolListener::StartRegion", 70, 0, _c=3, _ct=15)
+event(worker, "ExecutorState::Process", 71, 20)
+event(worker, "Relu:Relu", 72, 10)
+event(worker, "ThreadpoolListener::StopRegion", 95, 0)
+rules = profile.RULES if sys.argv[1] == "rules" else ()
+json.dump(profile.xspace_events(space, rules), sys.stdout)
+"""
+
+
+@pytest.mark.skipif("tensorflow" not in covered(), reason="TensorFlow is not installed")
+def test_tensorflow_thread_pool_tasks_are_the_op_that_scheduled_them():
+    """Planted: without the rules (so the ParallelFor and the Process count as ops of
+    their own), no task is named: the convolution's Eigen work is lost."""
+    import json
+
+    def tasks(which):
+        proc = run_python(["-c", TF_TASKS, which], timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return sorted((e["thread"][-1], e["start"] - 1, e["end"] - 1, e["name"])
+                      for e in json.loads(proc.stdout) if "Conv2D" in e["name"])
+    assert tasks("rules") == [("1", 0, 100, "Conv2D:_MklNativeConv2D"),
+                              ("2", 20, 60, "Conv2D:_MklNativeConv2D"),
+                              ("3", 30, 50, "Conv2D:_MklNativeConv2D")]
+    assert tasks("planted") == [("1", 0, 100, "Conv2D:_MklNativeConv2D")]

@@ -8,10 +8,11 @@ from .devices import BACKEND as KERAS_BACKEND, Devices
 from .models import Models
 from .native import Native
 from .pipeline import Pipeline
+from .profile import Profile
 from .scratch import Scratch
 
 
-class KerasBackend(Devices, Models, Scratch, Native, Pipeline, Backend):
+class KerasBackend(Devices, Models, Scratch, Native, Pipeline, Profile, Backend):
     name = "keras-" + KERAS_BACKEND
 
 

@@ -57,8 +57,9 @@ class MirroredTrainer(Trainer):
 
     def _replica_step(self, X, y, batch):
         loss, grads = self._loss_and_grads(X, y)
-        for v, g in zip(self.vars, grads):
-            v.assign_sub(self.lr * g / batch)
+        with tf.name_scope("sgd"):           # the update's ops, by name in the profile
+            for v, g in zip(self.vars, grads):
+                v.assign_sub(self.lr * g / batch)
         return loss
 
     def _distributed_step(self, X, y, batch):

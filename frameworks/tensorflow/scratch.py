@@ -10,6 +10,7 @@ from common.facts.data import shard_bounds
 
 from .devices import tf_device
 from .models import loss_sum
+from .profile import annotate
 
 
 class Scratch:
@@ -34,12 +35,12 @@ class Scratch:
             s.assign(v)
 
     def allreduce(self, data):
-        with tf.device(data[0].device):
+        with annotate("allreduce"), tf.device(data[0].device):
             total = tf.add_n([tf.identity(a) for a in data])
             data[0].assign(total)
-        for a in data[1:]:
-            with tf.device(a.device):
-                a.assign(total)            # in place: every device's buffer gets the sum
+            for a in data[1:]:
+                with tf.device(a.device):
+                    a.assign(total)        # in place: every device's buffer gets the sum
 
     def split_batch(self, X, y, devices):
         # slices by common.facts.data.shard_bounds: a batch the device count does not divide
@@ -74,7 +75,7 @@ class Scratch:
         return replica.grads
 
     def sgd(self, replica, scale):
-        with tf.device(tf_device(replica.device)):
+        with annotate("sgd"), tf.device(tf_device(replica.device)):
             for v, g in zip(replica, replica.grads):
                 v.assign_sub(scale * g)
 

@@ -1,0 +1,31 @@
+"""The op-level profiler of Keras: its backend's own (TensorFlow's, torch.profiler,
+JAX's; frameworks/<backend>/profile.py), with rules for the names Keras gives to what
+it runs ahead of the backend's rules. Only the running backend's framework is imported."""
+from __future__ import annotations
+
+from .devices import BACKEND
+
+if BACKEND == "tensorflow":
+    from frameworks.tensorflow.profile import TFProfiler as BackendProfiler
+elif BACKEND == "torch":
+    from frameworks.pytorch.profile import TorchProfiler as BackendProfiler
+else:
+    from frameworks.jax.profile import JaxProfiler as BackendProfiler
+
+# (regex searched in an event's name, op class): Keras's own names, tried before the
+# backend's rules (the first match wins).
+RULES = (
+    # the optimizer's variables are updated under its name scope (TensorFlow: "sgd_1/")
+    (r"(^|/)(sgd|SGD)(_\d+)?/", "optimizer update"),
+    # fit's batches on torch come from a torch DataLoader over the arrays: copies
+    (r"^enumerate\(DataLoader\)#", "copies and layout"),
+)
+
+
+class KerasProfiler(BackendProfiler):
+    rules = RULES + BackendProfiler.rules
+
+
+class Profile:
+    def op_profiler(self, folder):
+        return KerasProfiler(folder)
