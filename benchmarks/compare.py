@@ -17,7 +17,7 @@ import os
 import shlex
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -37,6 +37,7 @@ from common.results.record import (FAILED, REPEAT_KEYS, RecordError, mark_not_in
 
 from .cli import (LOCK_FILE, Parser, UsageError, claim_out, fraction, lock_holder, names,
                   non_negative, positive, positive_float, results_dir)
+from . import settings as tuned
 from .report import render
 from .runner import Interrupts, run_config
 
@@ -169,6 +170,11 @@ def build_parser() -> Parser:
                         "all-reduce, pipeline stages) as a Chrome trace beside its record, "
                         "for Perfetto or chrome://tracing; the device is then synchronised "
                         "after every step, which perturbs the times")
+    p.add_argument("--settings", default="none",
+                   help="none (each framework's defaults), best (the settings benchmarks.settings "
+                        "kept on this machine kind: docs/results/settings/), or "
+                        "FRAMEWORK:NAME+NAME,... (common/facts/settings.py); a tuned row is "
+                        "labelled so everywhere")
     p.add_argument("--repeat", type=positive, default=1,
                    help="runs of every configuration, each in a fresh process, interleaved "
                         "across frameworks; the table shows their median and spread")
@@ -290,18 +296,27 @@ class Plan:
     run: dict            # model, dataset, data_dir, epochs, batch_size, batch_per_device, lr, ...
     executions: list     # execution names; None: each mode's default
     schedules: list      # pipeline schedules, each a row of the modes that take one
+    # --settings: "FRAMEWORK" or "FRAMEWORK/MODEL/MODE" -> the settings its runs apply
+    # (common/facts/settings.py); a row named by neither runs the defaults
+    settings: dict = field(default_factory=dict)
 
     # the options shared by every run: RunConfig's fields (each one an option of the
     # same name) but a row's own and the warm-up, which no option sets
     RUN_KEYS = tuple(f for f in RUN_DEFAULTS
                      if f not in ("framework", "mode", "devices", "execution", "schedule",
-                                  "warmup_steps", "profile_steps"))   # profile: benchmarks.profile's
+                                  "warmup_steps", "profile_steps",    # profile: benchmarks.profile's
+                                  "settings"))                        # per row: Plan.settings
 
     @classmethod
     def from_args(cls, args, frameworks, modes, counts) -> "Plan":
         return cls(frameworks, modes, counts, args.repeat,
                    {k: getattr(args, k) for k in cls.RUN_KEYS}, _executions(args.execution),
-                   names(args.schedule, SCHEDULES, "schedule"))
+                   names(args.schedule, SCHEDULES, "schedule"),
+                   tuned.resolve(args.settings, frameworks, modes, args.model))
+
+    def settings_of(self, framework: str, mode: str) -> list[str]:
+        return (self.settings.get(f"{framework}/{self.run['model']}/{mode}")
+                or self.settings.get(framework) or [])
 
     def configs(self) -> list[RunConfig]:
         # an option unset, or absent from a plan written before it: RunConfig's default
@@ -319,7 +334,8 @@ class Plan:
             # a mode without a schedule runs once, with RunConfig's default in its record
             return (self.schedules if "schedule" in MODES[mode].options
                     else [RUN_DEFAULTS["schedule"]])
-        configs = [RunConfig(framework=f, mode=m, devices=n, execution=e, schedule=s, **per_row(n))
+        configs = [RunConfig(framework=f, mode=m, devices=n, schedule=s, **per_row(n),
+                             **tuned.applied(f, m, e, self.settings_of(f, m)))
                    for f in self.frameworks for m in self.modes for e in self.executions
                    for s in schedules(m) for n in self.devices]
         # an execution named that is the mode's default is the default run (the same
@@ -331,7 +347,7 @@ class Plan:
         return {"frameworks": self.frameworks, "modes": self.modes, "devices": self.devices,
                 "repeat": self.repeat, "run": self.run,
                 "executions": ["default" if e is None else e for e in self.executions],
-                "schedules": self.schedules}
+                "schedules": self.schedules, "settings": self.settings}
 
     def as_options(self) -> dict:
         """The plan as the options that would give it (argparse dests)."""
@@ -369,7 +385,8 @@ def resume_plan(args, given: set[str]) -> Plan:
                     {k: stored["run"].get(k) for k in Plan.RUN_KEYS},
                     [None if e == "default" else e for e in stored.get("executions", ["default"])],
                     stored.get("schedules")
-                    or [stored["run"].get("schedule") or RUN_DEFAULTS["schedule"]])
+                    or [stored["run"].get("schedule") or RUN_DEFAULTS["schedule"]],
+                    stored.get("settings") or {})
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"--resume {folder}: {plan_path} is unreadable ({e}); start a new "
                          "comparison with --out") from None

@@ -1,0 +1,328 @@
+"""Each framework at the settings its own documentation recommends, beside its defaults:
+`python -m benchmarks.settings`.
+
+For every framework, model and default mode: the defaults and each setting of the
+framework's table (common/facts/settings.py) that applies here, one at a time, each in a
+fresh compare worker, their repeats interleaved (default, setting 1, setting 2, ...,
+default, ...) so that drift hits all alike; then the kept settings together against the
+defaults the same way. A setting is kept when the suite's verdict (Welch on the repeats'
+log sec/epoch, common/reports/verdict.py, band --noise) says faster AND its run agrees:
+its first step losses within its precision's tolerance of the defaults' on the same
+weights and batches (the defaults' run is the one the conformance suite holds to the
+NumPy oracle), and its test accuracy after the epochs within its margin of the defaults'
+(settings.PRECISION). Rejected settings say why: slower, no difference, too few repeats,
+wrong numbers, or cannot run here. DIR/settings.md is the page; DIR/settings.json the
+decisions, and the settings file `compare --settings best` applies."""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from common import models
+from common.core.modes import MODES
+from common.facts import machine, registry, settings
+from common.reports import settings as page
+from common.reports.verdict import TOO_FEW, says, verdict
+from common.results.record import write_atomic
+
+from .cli import (UsageError, command_parser, names, positive, positive_float, recorded_command,
+                  run_command)
+from .runner import Interrupts, run_config
+
+TIMEOUT = 3600.0
+DECISIONS = "settings.json"
+TOGETHER = "together"
+# the decisions files `compare --settings best` reads, one per machine kind
+# (settings.machine_kind()): a settings run's DECISIONS, committed under that name
+BEST_DIR = Path(__file__).resolve().parent.parent / "docs" / "results" / "settings"
+
+
+def build_parser():
+    p = command_parser("benchmarks.settings", __doc__)
+    p.add_argument("--model", default="lenet", help="lenet, resnet18 or both")
+    p.add_argument("--mode", default="default",
+                   help="modes: default (compare's), or a comma-separated list")
+    p.add_argument("--settings", default="all",
+                   help="all (every setting of each framework's table that applies here), or "
+                        "FRAMEWORK:NAME+NAME,... (common/facts/settings.py)")
+    p.add_argument("--repeat", type=positive, default=3,
+                   help="runs of each arm, interleaved (Welch needs 2 a side; 3 or more decide)")
+    p.add_argument("--epochs", type=positive, default=2, help="epochs per run (compare's default)")
+    p.add_argument("--steps-per-epoch", type=positive, default=None,
+                   help="cap an epoch's steps (the accuracy check then sees less training)")
+    p.add_argument("--threads", type=positive, default=2)
+    p.add_argument("--dataset", default="fashion-mnist", choices=("fashion-mnist", "synthetic"))
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--noise", type=positive_float, default=0.05,
+                   help="the verdict's band: a change smaller than this is no change")
+    p.add_argument("--out", default=None, help="results folder (default: results/settings-<time>)")
+    p.add_argument("--report", default=None, metavar="DIR",
+                   help="rebuild DIR/settings.md from DIR's decisions; runs nothing")
+    return p
+
+
+def asked(text: str, frameworks: list[str]) -> dict[str, list[str]] | None:
+    """--settings as {framework: names}; None for all. Unknown names are bad input."""
+    if text == "all":
+        return None
+    out: dict[str, list[str]] = {}
+    for part in text.split(","):
+        fw, sep, rest = part.partition(":")
+        if not sep or not rest or fw not in frameworks:
+            raise UsageError(f"--settings {part!r}: give FRAMEWORK:NAME+NAME with a framework "
+                             f"of --framework ({', '.join(frameworks)}), or all")
+        try:
+            out[fw] = [s.name for s in settings.get(fw, rest.split("+"))]
+        except settings.UnknownSetting as e:
+            raise UsageError(str(e)) from None
+    return out
+
+
+def resolve(text: str, frameworks: list[str], modes: list[str], model: str) -> dict:
+    """compare --settings as Plan.settings ({"FRAMEWORK" or "FRAMEWORK/MODEL/MODE":
+    names}); a setting unknown, or one this machine cannot apply, is bad input."""
+    if text == "none":
+        return {}
+    if text == "best":
+        kind = settings.machine_kind()
+        path = BEST_DIR / f"{kind}.json"
+        if not path.is_file():
+            have = ", ".join(p.stem for p in sorted(BEST_DIR.glob("*.json"))) or "none"
+            raise UsageError(f"--settings best: no settings measured on this machine kind ({kind}; "
+                             f"measured: {have}); run python -m benchmarks.settings here and "
+                             f"commit its {DECISIONS} as {path.relative_to(BEST_DIR.parent.parent.parent)}")
+        groups = json.loads(path.read_text())["groups"]
+        chosen = {f"{g['framework']}/{g['model']}/{g['mode']}": g["best"] for g in groups
+                  if g["best"] and g["framework"] in frameworks and g["model"] == model
+                  and g["mode"] in modes}
+    else:
+        chosen = asked(text, frameworks)
+    device_kind = "gpu" if machine.gpu_count() else "cpu"
+    for key, names_ in chosen.items():
+        framework = key.split("/")[0]
+        for s in settings.get(framework, names_):
+            why = settings.why_not(s, device_kind)
+            if why:
+                raise UsageError(f"--settings: {framework}'s {s.name} cannot apply here: {why}")
+        try:
+            settings.env_of(settings.get(framework, names_))
+        except settings.UnknownSetting as e:
+            raise UsageError(f"--settings: {framework}: {e}") from None
+    return chosen
+
+
+def applied(framework: str, mode: str, execution: str | None, names_: list[str]) -> dict:
+    """A row's RunConfig fields for its settings: the execution a setting names (else the
+    row's own) and the settings."""
+    if not names_:
+        return {"execution": execution, "settings": []}
+    default = execution or registry.default_execution(framework, mode)
+    return {"execution": settings.execution_of(settings.get(framework, names_), default),
+            "settings": list(names_)}
+
+
+def arms(framework: str, mode: str, wanted: list[str] | None, device_kind: str) -> tuple[list, list]:
+    """The arms to run (label, [setting names], execution) after the defaults, and the
+    settings that cannot run here with the reason."""
+    default = registry.default_execution(framework, mode)
+    run, refused = [], []
+    for s in settings.SETTINGS.get(framework, ()):
+        if wanted is not None and s.name not in wanted:
+            continue
+        why = settings.why_not(s, device_kind)
+        execution = settings.execution_of([s], default)
+        if why is None and execution == default and not s.env and not s.hook:
+            why = f"{execution} is already {mode} mode's default execution"
+        if why is None and execution != default:
+            gap = MODES[mode].gap(framework, execution=execution)
+            why = f"{framework} {mode} cannot run {execution}: {gap}" if gap else None
+        if why:
+            refused.append({"setting": s.name, "decision": "cannot run here", "why": why})
+        else:
+            run.append((s.name, [s.name], execution))
+    return run, refused
+
+
+def plan(args) -> list[dict]:
+    frameworks = names(args.framework, registry.NAMES, "framework", registry.groups())
+    wanted = asked(args.settings, frameworks)
+    modes = ([m for m, mode in MODES.items() if mode.default] if args.mode == "default"
+             else names(args.mode, MODES, "mode"))
+    device_kind = "gpu" if machine.gpu_count() else "cpu"
+    groups = []
+    for model in names(args.model, models.NAMES, "model"):
+        for f in frameworks:
+            if wanted is not None and f not in wanted:
+                continue
+            for m in modes:
+                if (f, m) in registry.KNOWN_GAPS:
+                    continue
+                run, refused = arms(f, m, None if wanted is None else wanted[f], device_kind)
+                groups.append({"framework": f, "model": model, "mode": m, "arms": run,
+                               "refused": refused, "device_kind": device_kind})
+    if not any(g["arms"] for g in groups):
+        raise UsageError("no setting to measure: none of the frameworks' settings applies "
+                         f"to this machine's {device_kind} runs (see common/facts/settings.py)")
+    return groups
+
+
+def _config(args, g: dict, names_: list[str], execution: str) -> dict:
+    return {"framework": g["framework"], "mode": g["mode"], "devices": 1, "model": g["model"],
+            "execution": execution, "dataset": args.dataset, "data_dir": args.data_dir,
+            "epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch,
+            "threads": args.threads, "settings": names_}
+
+
+def _run_arms(args, g: dict, arm_list: list, out: Path, stop) -> dict[str, list[dict]]:
+    """Every arm's records, the defaults first in each round, rounds interleaved."""
+    default = registry.default_execution(g["framework"], g["mode"])
+    runs = {label: [] for label, _, _ in [("default", [], default), *arm_list]}
+    for rep in range(args.repeat):
+        for label, names_, execution in [("default", [], default), *arm_list]:
+            path = out / "records" / f"{g['model']}-{g['framework']}-{g['mode']}-{label}-r{rep}.json"
+            print(f"{g['model']} {g['framework']} {g['mode']} {label} (repeat {rep + 1})", flush=True)
+            record, done = run_config(_config(args, g, names_, execution), path, TIMEOUT,
+                                      out / "logs" / path.with_suffix(".log").name, stop=stop)
+            if record is None:
+                record = {"status": "failed", "error": f"the worker ended without a record "
+                                                       f"(exit {done.code}): {done.log_tail}"}
+                write_atomic(path, record)
+            runs[label].append(record)
+            if stop.signum:
+                return runs
+    return runs
+
+
+def _sec(record: dict) -> float | None:
+    return statistics.median(record["sec_per_epoch"]) if record.get("status") == "ok" else None
+
+
+def agreement(arm: list[dict], default: list[dict], names_: list[str], framework: str) -> str | None:
+    """Why the arm's numbers are wrong, or None: its first step losses against the
+    defaults' (first repeat of each) at its precision's tolerance, and its test accuracy."""
+    precision = settings.precision_of(settings.get(framework, names_))
+    tol = settings.PRECISION[precision]
+    a, d = arm[0], default[0]
+    n = settings.AGREE_STEPS
+    la, ld = a["step_losses"][:n], d["step_losses"][:n]
+    if len(la) < n or len(ld) < n:
+        return f"fewer than {n} step losses to compare"
+    worst = max(abs(x - y) / abs(y) for x, y in zip(la, ld))
+    if worst > tol["step_loss"]:
+        return (f"its first {n} step losses differ from the defaults' by up to {worst:.1e} "
+                f"(relative; {precision} allows {tol['step_loss']:.0e})")
+    acc_a = statistics.median(r["test_accuracy"] for r in arm if r.get("status") == "ok")
+    acc_d = statistics.median(r["test_accuracy"] for r in default if r.get("status") == "ok")
+    if acc_a < acc_d - tol["accuracy"]:
+        return (f"test accuracy {acc_a:.4f} against the defaults' {acc_d:.4f} "
+                f"({precision} allows {tol['accuracy']} less)")
+    return None
+
+
+def decide(label: str, names_: list[str], arm: list[dict], default: list[dict],
+           framework: str, band: float) -> dict:
+    """An arm's decision: kept, or rejected with the reason."""
+    failed = [r for r in arm if r.get("status") != "ok"]
+    out = {"setting": label, "settings": names_, "precision": settings.precision_of(
+        settings.get(framework, names_))}
+    if failed:
+        return {**out, "decision": "cannot run here",
+                "why": (failed[0].get("error") or failed[0].get("status") or "").splitlines()[0]}
+    before = [s for s in map(_sec, default) if s]
+    after = [_sec(r) for r in arm]
+    v = verdict(before, after, band)
+    out.update(sec_default=statistics.median(before), sec=statistics.median(after),
+               ratio=v["ratio"], verdict=says(v), repeats=list(v["repeats"]))
+    wrong = agreement(arm, default, names_, framework)
+    if wrong:
+        return {**out, "decision": "wrong numbers", "why": wrong}
+    if v["verdict"] == "faster":
+        return {**out, "decision": "kept", "why": says(v)}
+    why = {"slower": "slower", "within noise": "no difference", TOO_FEW: TOO_FEW}[v["verdict"]]
+    return {**out, "decision": why, "why": says(v)}
+
+
+def measure(args, groups: list[dict], out: Path) -> int:
+    (out / "command.txt").write_text(" ".join(["python -m benchmarks.settings", *args.argv]))
+    results = {"machine_kind": settings.machine_kind(), "env": machine.env_info(),
+               "command": recorded_command(out), "noise": args.noise, "repeat": args.repeat,
+               "epochs": args.epochs, "measured": time.strftime("%Y-%m-%d %H:%M"), "groups": []}
+    code = 0
+    with Interrupts() as stop:
+        for g in groups:
+            if not g["arms"]:
+                results["groups"].append({**g, "decisions": g["refused"], "best": []})
+                continue
+            f = g["framework"]
+            runs = _run_arms(args, g, g["arms"], out, stop)
+            if stop.signum:
+                break
+            default = runs["default"]
+            if any(r.get("status") != "ok" for r in default):
+                code = 1
+                results["groups"].append({**g, "decisions": g["refused"], "best": [],
+                                          "error": "the defaults' run failed: " + str(
+                                              next(r.get("error") for r in default
+                                                   if r.get("status") != "ok"))})
+                continue
+            decisions = [decide(label, n, runs[label], default, f, args.noise)
+                         for label, n, _ in g["arms"]] + g["refused"]
+            kept = [d for d in decisions if d["decision"] == "kept"]
+            best = min(kept, key=lambda d: d["sec"])["settings"] if kept else []
+            if len(kept) > 1:
+                names_ = [n for d in kept for n in d["settings"]]
+                default_exec = registry.default_execution(f, g["mode"])
+                try:
+                    together = [(TOGETHER, names_, settings.execution_of(
+                        settings.get(f, names_), default_exec))]
+                    settings.env_of(settings.get(f, names_))
+                except settings.UnknownSetting as e:
+                    decisions.append({"setting": TOGETHER, "settings": names_,
+                                      "decision": "cannot run here", "why": str(e)})
+                else:
+                    both = _run_arms(args, g, together, out / TOGETHER, stop)
+                    d = decide(TOGETHER, names_, both[TOGETHER], both["default"], f, args.noise)
+                    decisions.append(d)
+                    if d["decision"] == "kept" and d["sec"] / d["sec_default"] < min(
+                            k["sec"] / k["sec_default"] for k in kept):
+                        best = names_
+            results["groups"].append({**g, "decisions": decisions, "best": best})
+            write_atomic(out / DECISIONS, results)
+    write_atomic(out / DECISIONS, results)
+    write_page(out)
+    return stop.exit_code or code
+
+
+def write_page(out: Path) -> int:
+    try:
+        results = json.loads((out / DECISIONS).read_text())
+    except (OSError, ValueError) as e:
+        print(f"settings: error: no decisions in {out} ({e})", file=sys.stderr)
+        return 2
+    text = page.markdown(results)
+    (out / "settings.md").write_text(text)
+    print(text)
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--report" or a.startswith("--report=") for a in argv):
+        args = build_parser().parse_args(argv)
+        if not Path(args.report).is_dir():
+            print(f"settings: error: --report {args.report} is not a folder; give a settings "
+                  "results folder", file=sys.stderr)
+            return 2
+        return write_page(Path(args.report))
+
+    def resolve(args):
+        args.argv = argv
+        return plan(args)
+    return run_command("settings", build_parser(), argv, resolve, "settings-", measure)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Each framework's recommended settings (common/facts/settings.py) as data, how a run
+applies them (environment from the worker's start, an execution, an in-process switch),
+how benchmarks.settings decides on each, how compare --settings runs them labelled as
+tuned, and the bad input of both commands. No framework is imported here but in the
+one subprocess that checks PyTorch's switches."""
+from pathlib import Path
+
+import pytest
+
+from benchmarks import runner, settings as command
+from common.facts import registry, settings
+from tests.conftest import run_python, usage_error
+
+# --- the tables ---
+
+
+@pytest.mark.parametrize("framework", sorted(settings.SETTINGS))
+def test_each_tables_settings_are_complete(framework):
+    """Every setting names a page of its framework's (or its library's) documentation,
+    a kind, where it applies, how it is applied, and an execution the framework has."""
+    assert framework in registry.NAMES
+    table = settings.SETTINGS[framework]
+    assert len({s.name for s in table}) == len(table), "two settings of one name"
+    for s in table:
+        assert s.source.startswith("https://"), s.name
+        assert s.kind in settings.KINDS and s.precision in settings.PRECISION, s.name
+        assert set(s.devices) <= {"cpu", "gpu"} and s.devices, s.name
+        assert s.env or s.execution or s.hook, f"{s.name} applies nothing"
+        if s.execution:
+            assert s.execution in registry.facts(framework).executions, s.name
+
+
+def test_a_setting_with_an_execution_its_framework_lacks_fails_the_table_check(monkeypatch):
+    bad = settings.Setting("graph", "no such", "https://example.org", "compile", execution="graph")
+    monkeypatch.setitem(settings.SETTINGS, "jax", (bad,))
+    with pytest.raises(AssertionError, match="graph"):
+        test_each_tables_settings_are_complete("jax")
+
+
+def test_settings_environments_join_flag_lists_and_refuse_a_conflict():
+    a = settings.Setting("a", "", "https://x", "compile", env={"XLA_FLAGS": "--one", "K": "1"})
+    b = settings.Setting("b", "", "https://x", "compile", env={"XLA_FLAGS": "--two"})
+    c = settings.Setting("c", "", "https://x", "threads", env={"K": "2"})
+    assert settings.env_of([a, b]) == {"XLA_FLAGS": "--one --two", "K": "1"}
+    with pytest.raises(settings.UnknownSetting, match="K both"):
+        settings.env_of([a, c])
+    d = settings.Setting("d", "", "https://x", "precision", precision="bfloat16")
+    assert settings.precision_of([a, d]) == "bfloat16" and settings.precision_of([]) == "float32"
+
+
+def test_why_a_setting_cannot_run_here(tmp_path):
+    gpu = settings.Setting("g", "", "https://x", "library", ("gpu",), hook=True)
+    assert "gpu runs, not cpu" in settings.why_not(gpu, "cpu", set())
+    bf16 = settings.Setting("b", "", "https://x", "precision", ("cpu",), hook=True,
+                            needs_flags=("avx512_bf16", "amx_bf16"))
+    assert "avx512_bf16 or amx_bf16" in settings.why_not(bf16, "cpu", {"avx2"})
+    assert settings.why_not(bf16, "cpu", {"avx2", "amx_bf16"}) is None
+    lib = settings.Setting("m", "", "https://x", "allocator", ("cpu",), {"LD_PRELOAD": "x"},
+                           needs_file=str(tmp_path / "libnone.so"))
+    assert "lacks" in settings.why_not(lib, "cpu", set())
+
+
+def test_unknown_settings_are_named_with_the_frameworks_own():
+    with pytest.raises(settings.UnknownSetting, match="pytorch has no setting 'fast'.*tf32"):
+        settings.get("pytorch", ["tf32", "fast"])
+
+
+# --- how a run applies them ---
+
+def test_a_runs_settings_environment_reaches_its_worker_from_the_start(monkeypatch, tmp_path):
+    """LD_PRELOAD acts only from a process's start: the runner starts the worker with the
+    settings' environment (planted: the worker alone setting it would come too late)."""
+    seen = {}
+
+    def fake(args, log, timeout, on_line, env, cwd, stop, python):
+        seen.update(env)
+        return runner.WorkerExit(code=0, timed_out=False, interrupted=False, log_tail="")
+    monkeypatch.setattr(runner, "run_worker", fake)
+    runner.run_config({"framework": "jax", "mode": "native", "devices": 1, "threads": 1,
+                       "settings": ["ynn-fusion-off"]}, tmp_path / "r.json", 10)
+    assert seen["XLA_FLAGS"] == "--xla_cpu_experimental_ynn_fusion_type="
+    seen.clear()
+    runner.run_config({"framework": "jax", "mode": "native", "devices": 1, "threads": 1},
+                      tmp_path / "r.json", 10)
+    assert "XLA_FLAGS" not in seen or "ynn" not in seen["XLA_FLAGS"]
+
+
+def test_pytorchs_in_process_switches_take_effect():
+    code = ("from common.facts import registry\nimport torch\n"
+            "b = registry.get('pytorch')\nb.apply_setting('tf32'); b.apply_setting('cudnn-benchmark')\n"
+            "print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark)\n"
+            "from common.core.contract import NotApplicable\n"
+            "try:\n    b.apply_setting('channels-last')\nexcept NotApplicable as e:\n    print(e)\n")
+    proc = run_python(["-c", code], framework="pytorch")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["True True", "pytorch has no in-process switch 'channels-last'"]
+
+
+# --- benchmarks.settings' decisions ---
+
+def _record(secs, losses=None, acc=0.80, status="ok"):
+    return {"status": status, "sec_per_epoch": [secs, secs], "test_accuracy": acc,
+            "step_losses": losses or [2.3 - 0.1 * i for i in range(12)], "error": "boom"}
+
+
+DEFAULT = [_record(10.0 + 0.1 * i) for i in range(4)]
+
+
+@pytest.mark.parametrize("arm, decision", [
+    ([_record(7.0 + 0.1 * i) for i in range(4)], "kept"),
+    ([_record(13.0 + 0.1 * i) for i in range(4)], "slower"),
+    ([_record(10.0 + 0.1 * i) for i in range(4)], "no difference"),
+    ([_record(7.0, losses=[2.3 - 0.1 * i + 0.05 for i in range(12)]) for _ in range(4)],
+     "wrong numbers"),
+    ([_record(7.0 + 0.1 * i, acc=0.70) for i in range(4)], "wrong numbers"),
+    ([_record(7.0, status="failed")] * 4, "cannot run here"),
+], ids=["faster", "slower", "same", "losses-off", "accuracy-lost", "failed"])
+def test_a_setting_is_kept_only_when_faster_and_its_numbers_agree(arm, decision):
+    d = command.decide("compiled", ["compiled"], arm, DEFAULT, "pytorch", 0.05)
+    assert d["decision"] == decision, d
+
+
+def test_a_lower_precision_is_judged_at_its_own_tolerance():
+    """bfloat16 losses 2 % off the defaults' are within its tolerance, not float32's."""
+    arm = [_record(7.0 + 0.1 * i, losses=[(2.3 - 0.1 * i) * 1.02 for i in range(12)])
+           for i in range(4)]
+    assert command.decide("bf16-matmul", ["bf16-matmul"], arm, DEFAULT, "jax", 0.05)["decision"] == "kept"
+    assert command.decide("ynn-fusion-off", ["ynn-fusion-off"], arm, DEFAULT, "jax",
+                          0.05)["decision"] == "wrong numbers"
+
+
+# --- the commands' bad input, and compare's tuned rows ---
+
+@pytest.mark.parametrize("argv, says", [
+    (["--framework", "pytorch", "--settings", "pytorch:fast"], "pytorch has no setting 'fast'"),
+    (["--framework", "pytorch", "--settings", "jax:ynn-fusion-off"], "with a framework of --framework"),
+    (["--framework", "pytorch", "--settings", "pytorch:tf32", "--mode", "native"],
+     "no setting to measure"),
+])
+def test_settings_commands_bad_input_writes_nothing(tmp_path, argv, says):
+    out = tmp_path / "out"
+    assert says in usage_error(["-m", "benchmarks.settings", *argv, "--dataset", "synthetic",
+                                "--out", str(out)])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("setting, says", [
+    ("pytorch:fast", "pytorch has no setting 'fast'"),
+    ("pytorch:tf32", "tf32 cannot apply here"),
+    ("best", "no settings measured on this machine kind"),
+])
+def test_compare_refuses_a_setting_it_cannot_apply_and_writes_nothing(tmp_path, setting, says):
+    out = tmp_path / "out"
+    assert says in usage_error(["-m", "benchmarks.compare", "--framework", "pytorch",
+                                "--settings", setting, "--dataset", "synthetic", "--out", str(out)])
+    assert not out.exists()
+
+
+def test_a_tuned_row_takes_its_settings_execution_file_and_label():
+    from benchmarks.compare import Plan, build_parser
+    from common.reports import runs
+    from common.results.record import new_record, record_filename
+    args = build_parser().parse_args(["--framework", "pytorch", "--settings",
+                                      "pytorch:compiled+omp-affinity", "--dataset", "synthetic"])
+    plan = Plan.from_args(args, ["pytorch"], ["native"], [1])
+    (cfg,) = plan.configs()
+    assert cfg.settings == ["compiled", "omp-affinity"] and cfg.execution == "compiled"
+    record = new_record(cfg)
+    assert record_filename(record) == "pytorch-native-compiled-tuned-compiled+omp-affinity-1dev.json"
+    assert runs.mode_label(record) == "native tuned (compiled+omp-affinity)"
+    assert plan.to_dict()["settings"] == {"pytorch": ["compiled", "omp-affinity"]}
+
+
+def test_the_settings_page_shows_each_decision_and_the_best(tmp_path):
+    from common.reports import settings as page
+    results = {"machine_kind": "k", "env": {}, "command": "python -m benchmarks.settings",
+               "noise": 0.05, "repeat": 3, "epochs": 2, "measured": "2026-11-26",
+               "groups": [{"framework": "pytorch", "model": "lenet", "mode": "native",
+                           "best": ["compiled"], "decisions": [
+                               command.decide("compiled", ["compiled"],
+                                              [_record(7.0 + 0.1 * i) for i in range(4)],
+                                              DEFAULT, "pytorch", 0.05),
+                               {"setting": "tf32", "decision": "cannot run here",
+                                "why": "tf32 applies to gpu runs, not cpu"}]}]}
+    text = page.markdown(results)
+    assert "| pytorch | lenet | native | compiled | compile | float32 | 10.15 | 7.15 | 0.70 | kept |" in text
+    assert "| pytorch | lenet | native | compiled | 10.15 | 7.15 | 1.42x |" in text
+    assert "cannot run here | tf32 applies to gpu runs, not cpu |" in text
+    assert Path(command.BEST_DIR).name == "settings"
