@@ -1,12 +1,18 @@
 """Costs planted in one op class, per framework, for the profile's check
 (tests/profile_checks.py): each a context manager that, inside the framework's process,
 makes every ReLU of the model run REPEATS times over (an activation applied many times:
-all of it activation time). Each is written so that a compiler cannot fold it away."""
+all of it activation time; more where one ReLU is too cheap for the check to see it above
+a loaded machine's noise). Each is written so that a compiler cannot fold it away."""
 from __future__ import annotations
 
 import contextlib
 
 REPEATS = 10
+# XLA's ReLU on the CPU is one cheap fused pass: 10 of them (forward and backward) add
+# about 2.5 ms to JAX's LeNet step of 32 images, at the check's 2 ms floor, and 40 about
+# 10 ms, within what a loaded machine moves its convolutions by (measured: 6 to 15 ms
+# for the same step's convolution gradients); 100 add about 25 ms
+JAX_REPEATS = 10 * REPEATS
 
 
 @contextlib.contextmanager
@@ -91,26 +97,41 @@ def _tf_relu():
         tf.nn.relu = relu
 
 
-def _xla_loop(relu):
-    """`relu` REPEATS times in a JAX fori_loop, with a custom VJP that is REPEATS ReLU
-    gradients in a loop too: written plainly, XLA fuses the chained maxima into one
-    elementwise pass and the plant costs nothing."""
+def _xla_loop(relu, repeats=REPEATS):
+    """`relu` `repeats` times, the first alone (XLA fuses it with what precedes it, a bias,
+    as it fuses a model's own ReLU) and the rest in a JAX fori_loop, with a custom VJP
+    that is as many ReLU gradients, in a loop too: written plainly, XLA fuses the chained
+    maxima into one elementwise pass and the plant costs nothing."""
     import jax
     import jax.numpy as jnp
     from jax import lax
 
     @jax.custom_vjp
     def many(x):
-        return lax.fori_loop(0, REPEATS, lambda i, h: relu(h), x)
+        return lax.fori_loop(0, repeats - 1, lambda i, h: relu(h), relu(x))
 
     def forward(x):
         y = many(x)
         return y, y
 
     def backward(y, g):
-        return (lax.fori_loop(0, REPEATS, lambda i, h: jnp.where(y > 0, h, 0.0), g),)
+        def grad(h):                  # ReLU's gradient, as JAX's own: a select
+            return jnp.where(y > 0, h, 0.0)
+        return (lax.fori_loop(0, repeats - 1, lambda i, h: grad(h), grad(g)),)
     many.defvjp(forward, backward)
     return many
+
+
+@contextlib.contextmanager
+def _jax_relu():
+    """jax.nn.relu, which the models look up as they trace, JAX_REPEATS times over."""
+    import jax
+    relu = jax.nn.relu
+    jax.nn.relu = _xla_loop(relu, JAX_REPEATS)
+    try:
+        yield
+    finally:
+        jax.nn.relu = relu
 
 
 @contextlib.contextmanager
@@ -134,4 +155,4 @@ def _keras_relu():
 # framework -> the planted activation cost
 ACTIVATION = {"pytorch": _torch_relu, "paddle": _paddle_relu, "mxnet": _mxnet_relu,
               "tensorflow": _tf_relu, "keras-tensorflow": _keras_relu,
-              "keras-torch": _keras_relu, "keras-jax": _keras_relu}
+              "keras-torch": _keras_relu, "keras-jax": _keras_relu, "jax": _jax_relu}

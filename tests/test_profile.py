@@ -11,7 +11,7 @@ from common import models
 from common.core.contract import STEP_MARK
 from common.facts import registry
 from common.models import costs
-from common.results import profile
+from common.results import hlo, profile
 from tests.conftest import covered, run_python, usage_error
 
 RULES = (("^dlc-profile-step|^python", "container"), ("^conv$", "conv forward"),
@@ -275,6 +275,42 @@ SEEN = {
         ("IteratorGetNextOp::DoCompute", "copies and layout"),
         ("ParallelFor", "container"),
     ]),
+    "jax": dict([
+        # XLA's instructions as the profiler renames them (common/results/hlo.py), the
+        # tasks they hand to the thread pool, and the host's events around them
+        ("convolution backward: jit(step)/transpose(jvp())/conv_general_dilated @ conv2d",
+         "conv backward"),
+        ("convolution: jit(step)/jvp()/conv_general_dilated @ conv2d", "conv forward"),
+        ("elementwise: jit(step)/jvp()/add @ conv2d", "conv forward"),              # its bias
+        ("reduce backward: jit(step)/transpose(jvp())/reduce_sum @ conv2d", "conv backward"),
+        ("dot: jit(step)/jvp()/dot_general @ LeNet.apply_units", "dense forward"),
+        ("dot backward: jit(step)/transpose(jvp())/transpose @ LeNet.apply_units",
+         "dense backward"),
+        ("reduce: jit(step)/jvp()/reduce_sum @ avg_pool2", "pooling"),
+        ("reduce: jit(step)/jvp()/reduce_sum @ ResNet18.apply_units", "pooling"),
+        ("elementwise: jit(step)/jvp()/jit(relu)/max @ LeNet.apply_units", "activation"),
+        ("elementwise backward: jit(step)/transpose(jvp())/select_n @ LeNet.apply_units",
+         "activation"),
+        ("reduce backward: jit(step)/transpose(jvp())/reduce_sum @ batch_norm", "batchnorm"),
+        ("reduce: jit(step)/jvp(jit(log_softmax))/reduce_max @ loss_sum", "softmax and loss"),
+        ("elementwise: jit(step)/sub @ sgd_update.<locals>.<listcomp>", "optimizer update"),
+        ("elementwise: jit(sgd_update)/sub @ sgd_update.<locals>.<listcomp>",
+         "optimizer update"),
+        ("sgd", "optimizer update"),                  # scratch's TraceAnnotations
+        ("allreduce", "communication"),
+        ("data movement backward: jit(step)/transpose(jvp())/conv_general_dilated @ conv2d",
+         "copies and layout"),
+        ("DevicePutWithSharding", "copies and layout"),
+        ("elementwise: jit(step)/jvp()/add @ walk", "other named ops"),
+        ("end: ynn_fusion.11", "container"),
+        ("control flow: jit(step)/jvp()/while @ many", "container"),
+        ("PjitFunction(step)", "container"),
+        ("ThunkExecutor::Execute (wait for completion)", "container"),
+        ("shard_args", "container"),
+        ("dlc-profile-step 0", "container"),
+        # an instruction whose program was not found keeps XLA's name: unmapped
+        ("ynn_fusion.11", None),
+    ]),
     # Keras's own rules alone (its backend's come after them)
     "keras-tensorflow": dict([
         ("StatefulPartitionedCall/sgd_1/AssignSubVariableOp_4:AssignSubVariableOp",
@@ -415,3 +451,129 @@ def test_tensorflow_thread_pool_tasks_are_the_op_that_scheduled_them():
                               ("2", 20, 60, "Conv2D:_MklNativeConv2D"),
                               ("3", 30, 50, "Conv2D:_MklNativeConv2D")]
     assert tasks("planted") == [("1", 0, 100, "Conv2D:_MklNativeConv2D")]
+
+
+# A JAX training step's HLO in XLA's text form, cut down: a fusion of a convolution, its
+# bias and its ReLU (XLA's own metadata on the fusion, its root's, says ReLU); the
+# convolution's input gradient; a layout copy XLA inserted for it, without metadata.
+HLO = """HloModule jit_step, is_scheduled=true, entry_computation_layout={(f32[8,4,6,6]{3,2,1,0})->f32[8,4,4,4]{3,2,1,0}}
+
+FileNames
+1 "frameworks/jax/models.py"
+
+FunctionNames
+1 "conv2d"
+2 "LeNet.apply_units"
+
+FileLocations
+1 {file_name_id=1 function_name_id=1 line=24 end_line=25 column=10 end_column=59}
+2 {file_name_id=1 function_name_id=2 line=45 end_line=45 column=17 end_column=72}
+
+StackFrames
+1 {file_location_id=1 parent_frame_id=2}
+2 {file_location_id=2 parent_frame_id=1}
+
+
+%fused_computation (param_0: f32[8,4,6,6], param_1: f32[4,4,3,3], param_2: f32[4]) -> f32[8,4,4,4] {
+  %param_0 = f32[8,4,6,6]{3,2,1,0} parameter(0)
+  %param_1 = f32[4,4,3,3]{3,2,1,0} parameter(1)
+  %convolution.1 = f32[8,4,4,4]{3,2,1,0} convolution(%param_0, %param_1), window={size=3x3}, dim_labels=bf01_oi01->bf01, metadata={op_name="jit(step)/jvp()/conv_general_dilated" stack_frame_id=1}
+  %param_2 = f32[4]{0} parameter(2)
+  %broadcast.1 = f32[8,4,4,4]{3,2,1,0} broadcast(%param_2), dimensions={1}, metadata={op_name="jit(step)/jvp()/add" stack_frame_id=1}
+  %add.1 = f32[8,4,4,4]{3,2,1,0} add(%convolution.1, %broadcast.1), metadata={op_name="jit(step)/jvp()/add" stack_frame_id=1}
+  %constant.1 = f32[] constant(0)
+  %broadcast.2 = f32[8,4,4,4]{3,2,1,0} broadcast(%constant.1), dimensions={}
+  ROOT %max.1 = f32[8,4,4,4]{3,2,1,0} maximum(%add.1, %broadcast.2), metadata={op_name="jit(step)/jvp()/jit(relu)/max" stack_frame_id=2}
+}
+
+%fused_computation.1 (param_0.1: f32[8,6,6,4], param_1.1: f32[4,4,3,3]) -> f32[8,6,6,4] {
+  %param_0.1 = f32[8,6,6,4]{3,2,1,0} parameter(0)
+  %param_1.1 = f32[4,4,3,3]{3,2,1,0} parameter(1)
+  ROOT %convolution.2 = f32[8,6,6,4]{3,2,1,0} convolution(%param_0.1, %param_1.1), window={size=3x3 pad=2_2x2_2}, dim_labels=b01f_oi01->b01f, metadata={op_name="jit(step)/transpose(jvp())/conv_general_dilated" stack_frame_id=1}
+}
+
+%fused_computation.2 (param_0.2: f32[8,4,4,4]) -> f32[8,4,4,4] {
+  %param_0.2 = f32[8,4,4,4]{3,2,1,0} parameter(0)
+  ROOT %transpose.1 = f32[8,4,4,4]{1,3,2,0} transpose(%param_0.2), dimensions={0,2,3,1}
+}
+
+ENTRY %main.3 (x.1: f32[8,4,6,6], w.1: f32[4,4,3,3], b.1: f32[4], g.1: f32[8,4,4,4]) -> (f32[8,4,4,4], f32[8,6,6,4]) {
+  %x.1 = f32[8,4,6,6]{3,2,1,0} parameter(0), metadata={op_name="x"}
+  %w.1 = f32[4,4,3,3]{3,2,1,0} parameter(1), metadata={op_name="w"}
+  %b.1 = f32[4]{0} parameter(2), metadata={op_name="b"}
+  %g.1 = f32[8,4,4,4]{3,2,1,0} parameter(3), metadata={op_name="g"}
+  %conv_fusion = f32[8,4,4,4]{3,2,1,0} fusion(%x.1, %w.1, %b.1), kind=kOutput, calls=%fused_computation, metadata={op_name="jit(step)/jvp()/jit(relu)/max" stack_frame_id=2}
+  %transpose_copy_fusion = f32[8,4,4,4]{1,3,2,0} fusion(%g.1), kind=kLoop, calls=%fused_computation.2
+  %ynn_fusion = f32[8,6,6,4]{3,2,1,0} fusion(%transpose_copy_fusion, %w.1), kind=kCustom, calls=%fused_computation.1, metadata={op_name="jit(step)/transpose(jvp())/conv_general_dilated" stack_frame_id=1}, backend_config={"fusion_config":{"kind":"__ynn_fusion"}}
+  ROOT %tuple.1 = (f32[8,4,4,4]{3,2,1,0}, /*index=1*/f32[8,6,6,4]{3,2,1,0}) tuple(%conv_fusion, %ynn_fusion)
+}
+"""
+JAX_BACKWARD = "transpose(jvp("       # frameworks/jax/profile.py's BACKWARD
+
+
+def test_an_xla_fusion_is_named_by_the_op_it_fuses_around():
+    """A fusion holding a convolution, its bias and its ReLU is the convolution (not the
+    ReLU that XLA's metadata for the fusion names); JAX's backward pass marks the input
+    gradient; a layout copy without metadata takes its user's, and is a copy."""
+    names = hlo.op_names(HLO, JAX_BACKWARD)
+    assert names["conv_fusion"] == "convolution: jit(step)/jvp()/conv_general_dilated @ conv2d"
+    assert names["ynn_fusion"] == ("convolution backward: jit(step)/transpose(jvp())/"
+                                   "conv_general_dilated @ conv2d")
+    assert names["transpose_copy_fusion"].startswith(
+        "data movement backward: jit(step)/transpose(jvp())/conv_general_dilated")
+    rules = profile.compile_rules(rules_of("jax")[0])
+    assert [profile.classify(names[n], rules) for n in
+            ("conv_fusion", "ynn_fusion", "transpose_copy_fusion")] == [
+        "conv forward", "conv backward", "copies and layout"]
+    # planted: the fusion named by XLA's own metadata (its root, the ReLU)
+    assert profile.classify("elementwise: jit(step)/jvp()/jit(relu)/max @ LeNet.apply_units",
+                            rules) == "activation"
+    # planted: a backward mark that JAX's names do not carry
+    planted = hlo.op_names(HLO, "vjp(")
+    assert profile.classify(planted["ynn_fusion"], rules) == "conv forward"
+
+
+def test_an_hlo_modules_id_is_read_past_its_name():
+    """The id (field 5) after the module's name (field 1, length-delimited), as XLA
+    writes them; planted: a reader that loses its place in the name reads garbage."""
+    proto = b"\x0a\x08jit_step" + b"\x12\x06main.1" + b"\x28\x08"
+    assert hlo.module_id(proto) == 8
+    assert hlo.module_id(b"\x0a\x08jit_step") == 0
+    with pytest.raises(ValueError, match="not an HloModuleProto"):
+        hlo.module_id(b"\x0f")
+
+
+def test_an_instructions_thread_pool_tasks_are_that_instruction():
+    """XLA:CPU's Eigen convolution schedules tasks on the pool's workers (a mark with a
+    flow id inside its event; a task, between a worker's start and stop marks with the
+    same id, may schedule more) and its own event ends long before them: the tasks are
+    the convolution's. A task scheduled from outside any op (an instruction's completion,
+    the executor) is no op's, and a worker that turns to the executor ends its task."""
+    conv = "convolution backward: jit(step)/transpose(jvp())/conv_general_dilated @ conv2d"
+
+    def mark(name, at, thread, flow=None):
+        return {**ev(name, at, at, thread), "flow": flow}
+    events = [
+        ev(STEP_MARK.format(0), 0, 100, "python"),
+        {**ev(conv, 0, 10, "t0"), "op": True}, mark(hlo.POOL_SCHEDULED, 5, "t0", 1),
+        mark(hlo.POOL_SCHEDULED, 6, "t0", 4),
+        ev("end: convolution.2", 10, 11, "t0"), mark(hlo.POOL_SCHEDULED, 10.5, "t0", 3),
+        mark(hlo.POOL_START, 12, "t1", 1), mark(hlo.POOL_SCHEDULED, 13, "t1", 2),
+        mark(hlo.POOL_STOP, 50, "t1"),
+        mark(hlo.POOL_START, 20, "t2", 2), mark(hlo.POOL_STOP, 40, "t2"),
+        mark(hlo.POOL_START, 55, "t1", 3), ev(hlo.EXECUTOR, 56, 58, "t1"),
+        mark(hlo.POOL_STOP, 58, "t1"),
+        mark(hlo.POOL_START, 60, "t2", 4), ev(hlo.EXECUTOR, 70, 80, "t2"),
+        mark(hlo.POOL_STOP, 80, "t2"),
+    ]
+    tasks = hlo.pool_tasks(events)
+    assert sorted((t["thread"], t["start"], t["end"]) for t in tasks) == [
+        ("t1", 12, 50), ("t2", 20, 40), ("t2", 60, 70)]
+    assert {t["name"] for t in tasks} == {conv}
+    rules = profile.compile_rules(rules_of("jax")[0])
+    a = profile.attribute(events + tasks, rules, 1, nesting="innermost")
+    assert a["classes"] == {"conv backward": pytest.approx(0.058)}     # 0-10, 12-50, 60-70
+    # planted: the pool's tasks not read, the convolution's work is taken for JAX's own
+    planted = profile.attribute(events, rules, 1, nesting="innermost")
+    assert planted["classes"] == {"conv backward": pytest.approx(0.010)}
+    assert planted["outside"] == pytest.approx(0.090)

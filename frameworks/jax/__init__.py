@@ -5,10 +5,11 @@ from .devices import Devices
 from .models import Models
 from .native import Native
 from .pipeline import Pipeline
+from .profile import Profile
 from .scratch import Scratch
 
 
-class JaxBackend(Devices, Models, Scratch, Native, Pipeline, Backend):
+class JaxBackend(Devices, Models, Scratch, Native, Pipeline, Profile, Backend):
     name = "jax"
 
 

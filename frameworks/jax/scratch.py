@@ -37,13 +37,16 @@ class Scratch:
             slot.value = jax.device_put(np.asarray(v), d)
 
     def allreduce(self, data):
-        # the sum onto the first device, then written into every device's slot
-        first = jax_device(self.device_of(data[0]))
-        total = data[0].value
-        for a in data[1:]:
-            total = total + jax.device_put(a.value, first)
-        for a in data:
-            a.value = jax.device_put(total, next(iter(a.value.devices())))
+        # named in the profiler's trace (TraceAnnotation: a no-op unless it records), so
+        # that the op-level profile (profile.py's rules) calls it communication
+        with jax.profiler.TraceAnnotation("allreduce"):
+            # the sum onto the first device, then written into every device's slot
+            first = jax_device(self.device_of(data[0]))
+            total = data[0].value
+            for a in data[1:]:
+                total = total + jax.device_put(a.value, first)
+            for a in data:
+                a.value = jax.device_put(total, next(iter(a.value.devices())))
         # what synchronize waits for (unnoted, 256 MB "took" 0.15 ms: the copies still ran)
         self.note([a.value for a in data], ("allreduce", id(data[0])))
 
@@ -77,7 +80,8 @@ class Scratch:
         # compiled: the whole update as one XLA computation (one dispatch, not one per array)
         update = (self.compiled("sgd", lambda: jax.jit(sgd_update))
                   if replica.execution == "compiled" else sgd_update)
-        new = update([s.value for s in replica], [g.value for g in replica.grads], scale)
+        with jax.profiler.TraceAnnotation("sgd"):       # the profile's optimizer update
+            new = update([s.value for s in replica], [g.value for g in replica.grads], scale)
         for slot, p in zip(replica, new):
             slot.value = p
         self.note(new, id(replica))

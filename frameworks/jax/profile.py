@@ -1,0 +1,125 @@
+"""The op-level profiler: jax.profiler's trace (its .xplane.pb, read back with
+jax.profiler.ProfileData), its events in the common form, and the rules that map them
+to the op classes of common/results/profile.py. XLA names a device event after the HLO
+instruction it runs (`hlo_op`), mostly a fusion named by what XLA fused
+(`ynn_fusion.11`): each is renamed by the op it fuses around, read from the live
+executables' compiled HLO text (common/results/hlo.py), e.g. "convolution backward:
+jit(step)/transpose(jvp())/conv_general_dilated @ conv2d". Keras on JAX uses this
+profiler too: what is model-specific belongs in the rules, not in the class."""
+from __future__ import annotations
+
+import glob
+import os
+
+import jax
+
+from common.core.contract import OpProfiler, STEP_MARK
+from common.results import hlo
+
+from .devices import local_devices
+
+# JAX's name stack marks the backward pass: value_and_grad transposes the JVP
+BACKWARD = "transpose(jvp("
+
+# (regex searched in an event's name, op class): the first match wins. XLA events are
+# renamed "KIND[ backward]: OP_NAME[ @ FUNCTION]" (common/results/hlo.py). Containers:
+# the step marks; the host's dispatch of a program (PjitFunction) and XLA's executor
+# around, between and after its instructions (ThunkExecutor, thread-pool waits and marks,
+# an instruction's completion "end: NAME", a loop instruction, whose body's instructions
+# are events of their own): that time is JAX's own, outside any op. An instruction's
+# tasks on the pool's workers are events of its name (hlo.pool_tasks).
+RULES = (
+    (r"^dlc-profile-step |^\$|^(PjitFunction|ParseArguments|PythonRefManager|ThunkExecutor|"
+     r"SlinkyThreadPool|ThreadpoolListener|CommonPjRt|AllocateOutputBuffers|Handle input|"
+     r"Wait for (donation|usage) holds|shard_args)|^end: |^control flow", "container"),
+    (r"^(DevicePut|H2D Dispatch)", "copies and layout"),     # the batch onto its device
+    (r"^convolution backward", "conv backward"),
+    (r"^convolution", "conv forward"),
+    # the bias, part of the convolution's op in other frameworks (and its gradient)
+    (r"^elementwise: .*/add @ conv2d$", "conv forward"),
+    (r"^reduce backward: .* @ conv2d$", "conv backward"),
+    (r"^dot backward", "dense backward"),
+    (r"^dot", "dense forward"),
+    # LeNet's average pooling; ResNet-18's global average pool, its one forward reduce
+    (r"^pooling|@ avg_pool2$|^reduce: .* @ ResNet18\.apply_units$", "pooling"),
+    (r"^collective|^allreduce$", "communication"),
+    (r"^data movement", "copies and layout"),
+    # jax.nn.relu is jit(relu) forward; its gradient (JVP rule, not named) is a compare
+    # and a select_n, the only ones in these models' backward passes
+    (r"jit\(relu\)|^elementwise backward: .*/(select_n|gt)( @ |$)", "activation"),
+    (r"@ batch_norm$", "batchnorm"),
+    (r"@ loss_sum$|log_softmax", "softmax and loss"),
+    (r"@ sgd_update\b|^sgd$", "optimizer update"),
+    (r"^(reduce|elementwise)", "other named ops"),
+)
+
+
+def _options():
+    opts = jax.profiler.ProfileOptions()
+    opts.python_tracer_level = 0      # no Python frames: they are no ops, and cost time
+    return opts
+
+
+class JaxProfiler(OpProfiler):
+    rules = RULES
+    # XLA runs an instruction's successors inside its completion event, and a loop's
+    # body inside the loop's event: the innermost event is the op
+    nesting = "innermost"
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self._events: list[dict] = []
+
+    def __enter__(self):
+        jax.profiler.start_trace(self.folder, profiler_options=_options())
+        return self
+
+    def __exit__(self, *exc):
+        jax.profiler.stop_trace()
+        # read now, while the programs that ran are alive (their HLO names the events)
+        self._events = self._read()
+
+    def step(self, i: int):
+        return jax.profiler.TraceAnnotation(STEP_MARK.format(i))
+
+    def events(self) -> list[dict]:
+        return self._events
+
+    def _read(self) -> list[dict]:
+        paths = glob.glob(os.path.join(self.folder, "**", "*.xplane.pb"), recursive=True)
+        data = jax.profiler.ProfileData.from_file(max(paths, key=os.path.getmtime))
+        raw = []
+        for plane in data.planes:
+            for line in plane.lines:
+                thread = f"{plane.name} {line.name}"
+                for e in line.events:
+                    stats = dict(e.stats)
+                    raw.append({"name": e.name, "start": e.start_ns / 1e3, "end": e.end_ns / 1e3,
+                                "thread": thread, "program": stats.get("program_id"),
+                                "op": stats.get("hlo_op"), "flow": stats.get("_p", stats.get("_c"))})
+        names = _program_names({e["program"] for e in raw if e["op"] is not None})
+        for e in raw:
+            if e["op"] is not None:
+                e["name"] = names.get(e["program"], {}).get(e["op"], e["name"])
+        # an instruction's work in the thread pool, after its own event has ended
+        tasks = hlo.pool_tasks(raw)
+        return [{k: e[k] for k in ("name", "start", "end", "thread")} for e in raw + tasks]
+
+
+def _program_names(programs: set) -> dict:
+    """{program id: {instruction: its name by what it holds}} of the live executables that
+    ran the given programs (an event whose program is gone keeps its raw name, unmapped)."""
+    clients = {id(d.client): d.client for kind in ("cpu", "gpu") for d in local_devices(kind)[:1]}
+    out = {}
+    for client in clients.values():
+        for executable in client.live_executables():
+            for module in executable.hlo_modules():
+                pid = hlo.module_id(module.as_serialized_hlo_module_proto())
+                if pid in programs and pid not in out:
+                    out[pid] = hlo.op_names(module.to_string(), BACKWARD)
+    return out
+
+
+class Profile:
+    def op_profiler(self, folder):
+        return JaxProfiler(folder)
