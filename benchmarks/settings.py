@@ -176,24 +176,30 @@ def _config(args, g: dict, names_: list[str], execution: str) -> dict:
             "threads": args.threads, "settings": names_}
 
 
-def _run_arms(args, g: dict, arm_list: list, out: Path, stop) -> dict[str, list[dict]]:
+def _path(out: Path, g: dict, label: str, rep: int) -> Path:
+    return out / "records" / f"{g['model']}-{g['framework']}-{g['mode']}-{label}-r{rep}.json"
+
+
+def _run_arms(args, g: dict, arm_list: list, out: Path, stop) -> None:
     """Every arm's records, the defaults first in each round, rounds interleaved."""
     default = registry.default_execution(g["framework"], g["mode"])
-    runs = {label: [] for label, _, _ in [("default", [], default), *arm_list]}
     for rep in range(args.repeat):
         for label, names_, execution in [("default", [], default), *arm_list]:
-            path = out / "records" / f"{g['model']}-{g['framework']}-{g['mode']}-{label}-r{rep}.json"
+            path = _path(out, g, label, rep)
             print(f"{g['model']} {g['framework']} {g['mode']} {label} (repeat {rep + 1})", flush=True)
             record, done = run_config(_config(args, g, names_, execution), path, TIMEOUT,
                                       out / "logs" / path.with_suffix(".log").name, stop=stop)
             if record is None:
-                record = {"status": "failed", "error": f"the worker ended without a record "
-                                                       f"(exit {done.code}): {done.log_tail}"}
-                write_atomic(path, record)
-            runs[label].append(record)
+                write_atomic(path, {"status": "failed", "error": (
+                    f"the worker ended without a record (exit {done.code}): {done.log_tail}")})
             if stop.signum:
-                return runs
-    return runs
+                return
+
+
+def _records(out: Path, g: dict, label: str) -> list[dict]:
+    paths = sorted(out.glob(f"records/{g['model']}-{g['framework']}-{g['mode']}-{label}-r*.json"),
+                   key=lambda p: int(p.stem.rsplit("-r", 1)[1]))
+    return [json.loads(p.read_text()) for p in paths]
 
 
 def _sec(record: dict) -> float | None:
@@ -203,7 +209,8 @@ def _sec(record: dict) -> float | None:
 def agreement(arm: list[dict], default: list[dict], names_: list[str], framework: str) -> str | None:
     """Why the arm's numbers are wrong, or None: its first step losses against the
     defaults' (first repeat of each) at its precision's tolerance, and its test accuracy."""
-    precision = settings.precision_of(settings.get(framework, names_))
+    precision = settings.precision_of(settings.get(framework, names_),
+                                      default[0].get("device_kind") or "cpu")
     tol = settings.PRECISION[precision]
     a, d = arm[0], default[0]
     n = settings.AGREE_STEPS
@@ -227,7 +234,7 @@ def decide(label: str, names_: list[str], arm: list[dict], default: list[dict],
     """An arm's decision: kept, or rejected with the reason."""
     failed = [r for r in arm if r.get("status") != "ok"]
     out = {"setting": label, "settings": names_, "precision": settings.precision_of(
-        settings.get(framework, names_))}
+        settings.get(framework, names_), default[0].get("device_kind") or "cpu")}
     if failed:
         return {**out, "decision": "cannot run here",
                 "why": (failed[0].get("error") or failed[0].get("status") or "").splitlines()[0]}
@@ -245,63 +252,88 @@ def decide(label: str, names_: list[str], arm: list[dict], default: list[dict],
     return {**out, "decision": why, "why": says(v)}
 
 
+def decisions_of(out: Path, g: dict, band: float) -> tuple[list[dict], list[str], str | None]:
+    """A group's decisions, best settings and error, from its records on disk alone (so
+    that --report judges committed records again by today's rules)."""
+    f = g["framework"]
+    default = _records(out, g, "default")
+    if not default:
+        return g["refused"], [], None
+    if any(r.get("status") != "ok" for r in default):
+        bad = next(r for r in default if r.get("status") != "ok")
+        return g["refused"], [], "the defaults' run failed: " + str(bad.get("error")).splitlines()[0]
+    decisions = [decide(label, n, _records(out, g, label), default, f, band)
+                 for label, n, _ in g["arms"] if _records(out, g, label)] + g["refused"]
+    kept = [d for d in decisions if d["decision"] == "kept"]
+    best = min(kept, key=lambda d: d["sec"] / d["sec_default"])["settings"] if kept else []
+    both = out / TOGETHER
+    if g.get("together") and _records(both, g, TOGETHER):
+        d = decide(TOGETHER, g["together"][1], _records(both, g, TOGETHER),
+                   _records(both, g, "default"), f, band)
+        decisions.append(d)
+        if d["decision"] == "kept" and d["sec"] / d["sec_default"] < min(
+                k["sec"] / k["sec_default"] for k in kept):
+            best = g["together"][1]
+    return decisions, best, None
+
+
+def _together(g: dict, decisions: list[dict]):
+    """The kept settings as one arm (label, names, execution), or a refusal, or None."""
+    kept = [n for d in decisions if d["decision"] == "kept" for n in d["settings"]]
+    if len(kept) < 2:
+        return None
+    try:
+        chosen = settings.get(g["framework"], kept)
+        settings.env_of(chosen)
+        return (TOGETHER, kept, settings.execution_of(
+            chosen, registry.default_execution(g["framework"], g["mode"])))
+    except settings.UnknownSetting as e:
+        return {"setting": TOGETHER, "settings": kept, "decision": "cannot run here", "why": str(e)}
+
+
 def measure(args, groups: list[dict], out: Path) -> int:
     (out / "command.txt").write_text(" ".join(["python -m benchmarks.settings", *args.argv]))
     results = {"machine_kind": settings.machine_kind(), "env": machine.env_info(),
                "command": recorded_command(out), "noise": args.noise, "repeat": args.repeat,
-               "epochs": args.epochs, "measured": time.strftime("%Y-%m-%d %H:%M"), "groups": []}
-    code = 0
+               "epochs": args.epochs, "measured": time.strftime("%Y-%m-%d %H:%M"), "groups": groups}
     with Interrupts() as stop:
         for g in groups:
-            if not g["arms"]:
-                results["groups"].append({**g, "decisions": g["refused"], "best": []})
-                continue
-            f = g["framework"]
-            runs = _run_arms(args, g, g["arms"], out, stop)
-            if stop.signum:
-                break
-            default = runs["default"]
-            if any(r.get("status") != "ok" for r in default):
-                code = 1
-                results["groups"].append({**g, "decisions": g["refused"], "best": [],
-                                          "error": "the defaults' run failed: " + str(
-                                              next(r.get("error") for r in default
-                                                   if r.get("status") != "ok"))})
-                continue
-            decisions = [decide(label, n, runs[label], default, f, args.noise)
-                         for label, n, _ in g["arms"]] + g["refused"]
-            kept = [d for d in decisions if d["decision"] == "kept"]
-            best = min(kept, key=lambda d: d["sec"])["settings"] if kept else []
-            if len(kept) > 1:
-                names_ = [n for d in kept for n in d["settings"]]
-                default_exec = registry.default_execution(f, g["mode"])
-                try:
-                    together = [(TOGETHER, names_, settings.execution_of(
-                        settings.get(f, names_), default_exec))]
-                    settings.env_of(settings.get(f, names_))
-                except settings.UnknownSetting as e:
-                    decisions.append({"setting": TOGETHER, "settings": names_,
-                                      "decision": "cannot run here", "why": str(e)})
-                else:
-                    both = _run_arms(args, g, together, out / TOGETHER, stop)
-                    d = decide(TOGETHER, names_, both[TOGETHER], both["default"], f, args.noise)
-                    decisions.append(d)
-                    if d["decision"] == "kept" and d["sec"] / d["sec_default"] < min(
-                            k["sec"] / k["sec_default"] for k in kept):
-                        best = names_
-            results["groups"].append({**g, "decisions": decisions, "best": best})
-            write_atomic(out / DECISIONS, results)
+            if g["arms"]:
+                _run_arms(args, g, g["arms"], out, stop)
+                if stop.signum:
+                    break
+                decisions, _, error = decisions_of(out, g, args.noise)
+                arm = None if error else _together(g, decisions)
+                if isinstance(arm, dict):
+                    g["refused"].append(arm)
+                elif arm:
+                    g["together"] = arm
+                    _run_arms(args, g, [arm], out / TOGETHER, stop)
+            write_atomic(out / DECISIONS, judged(results, out))
+    results = judged(results, out)
     write_atomic(out / DECISIONS, results)
     write_page(out)
-    return stop.exit_code or code
+    return stop.exit_code or int(any(g.get("error") for g in results["groups"]))
+
+
+def judged(results: dict, out: Path) -> dict:
+    """The results with every group's decisions, best and error made from its records."""
+    groups = []
+    for g in results["groups"]:
+        decisions, best, error = decisions_of(out, g, results["noise"])
+        groups.append({**g, "decisions": decisions, "best": best, "error": error})
+    return {**results, "groups": groups}
 
 
 def write_page(out: Path) -> int:
+    """DIR/settings.md, the decisions judged again from DIR's records (DIR/settings.json
+    rewritten with them)."""
     try:
-        results = json.loads((out / DECISIONS).read_text())
-    except (OSError, ValueError) as e:
+        results = judged(json.loads((out / DECISIONS).read_text()), out)
+    except (OSError, ValueError, KeyError) as e:
         print(f"settings: error: no decisions in {out} ({e})", file=sys.stderr)
         return 2
+    write_atomic(out / DECISIONS, results)
     text = page.markdown(results)
     (out / "settings.md").write_text(text)
     print(text)

@@ -14,10 +14,6 @@ FILES = {
     "pipeline.py": "model mode's stage calls: a stage's forward and backward, the hand-over",
     "ops.py": "the device experiments' primitives (common/experiments/ops.py)",
     "scopes.py": "the device-scopes example in the framework (common/experiments/scopes.py)",
-}
-# Files being added framework by framework: a package has each or not yet (a framework
-# without profile.py has no op-level profile: benchmarks.profile's row says so)
-BEING_ADDED = {
     "profile.py": "the framework's own op-level profiler around a few steps (an OpProfiler) "
                   "and the rules that map its event names to op classes "
                   "(common/results/profile.py)",
