@@ -28,3 +28,48 @@ def test_a_compare_page_is_its_records(page):
         assert len(rows) > 5, f"{folder}: {len(rows)} table rows rebuilt"
         missing = [r for r in rows if r not in text]
         assert not missing, f"{page} differs from its records in {folder}: {missing[:2]}"
+
+
+def _rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("| ")]
+
+
+def _missing(rows: list[str], page: str) -> list[str]:
+    text = (RESULTS / page).read_text().splitlines()
+    assert len(rows) > 5, f"{len(rows)} table rows rebuilt for {page}"
+    return [r for r in rows if r not in text]
+
+
+def test_the_gpu_profile_page_is_its_records(tmp_path, capsys):
+    """docs/results/h100-profile.md: the profile page rebuilt from its records."""
+    import shutil
+
+    from benchmarks import profile
+    shutil.copytree(RESULTS / "h100-profile", tmp_path / "p")
+    (tmp_path / "p" / "profile.md").unlink()
+    assert profile.write_page(tmp_path / "p") == 0
+    capsys.readouterr()
+    missing = _missing(_rows((tmp_path / "p" / "profile.md").read_text()), "h100-profile.md")
+    assert not missing, missing[:2]
+
+
+SETTINGS_RUNS = ("h100-settings/pytorch-lenet", "h100-settings/jax-lenet")
+
+
+def test_the_gpu_settings_page_and_best_file_are_their_records():
+    """docs/results/h100-settings.md: each run's decisions judged again from its records
+    (benchmarks.settings' rules of today); the machine kind's settings file holds what
+    they kept."""
+    import json
+
+    from benchmarks import settings as command
+    from common.reports import settings as page
+    best = {}
+    for run in SETTINGS_RUNS:
+        folder = RESULTS / run
+        results = command.judged(json.loads((folder / command.DECISIONS).read_text()), folder)
+        missing = _missing(_rows(page.markdown(results)), "h100-settings.md")
+        assert not missing, f"{run}: {missing[:2]}"
+        best.update({(g["framework"], g["model"], g["mode"]): g["best"] for g in results["groups"]})
+    kind = json.loads((RESULTS / "settings" / "nvidia-h100-80gb-hbm3.json").read_text())
+    assert {(g["framework"], g["model"], g["mode"]): g["best"] for g in kind["groups"]} == best

@@ -14,6 +14,7 @@ import os
 import jax
 
 from common.core.contract import OpProfiler, STEP_MARK
+from common.results.profile import MARK_PREFIX
 from common.results import hlo
 
 from .devices import local_devices
@@ -88,36 +89,52 @@ class JaxProfiler(OpProfiler):
     def _read(self) -> list[dict]:
         paths = glob.glob(os.path.join(self.folder, "**", "*.xplane.pb"), recursive=True)
         data = jax.profiler.ProfileData.from_file(max(paths, key=os.path.getmtime))
+        # on a GPU the step's time is the device's: its streams' kernels and copies are the
+        # ops (the host's dispatch, command buffers and launches are the time outside
+        # them), the host keeps only the step marks
+        gpu = any(p.name.startswith("/device:GPU") for p in data.planes)
         raw = []
         for plane in data.planes:
             for line in plane.lines:
                 thread = f"{plane.name} {line.name}"
+                on_device = plane.name.startswith("/device:GPU") and line.name.startswith("Stream")
                 for e in line.events:
+                    if gpu and not on_device and not e.name.startswith(MARK_PREFIX):
+                        continue
                     stats = dict(e.stats)
                     raw.append({"name": e.name, "start": e.start_ns / 1e3, "end": e.end_ns / 1e3,
                                 "thread": thread, "program": stats.get("program_id"),
+                                "module": stats.get("hlo_module"),
                                 "op": stats.get("hlo_op"), "flow": stats.get("_p", stats.get("_c"))})
-        names = _program_names({e["program"] for e in raw if e["op"] is not None})
+        names, by_module = _program_names(
+            {e["program"] for e in raw if e["op"] is not None},
+            {e["module"] for e in raw if e["op"] is not None and e["program"] is None})
         for e in raw:
             if e["op"] is not None:
-                e["name"] = names.get(e["program"], {}).get(e["op"], e["name"])
+                # a GPU kernel may name its module instead of its program's id
+                own = names.get(e["program"]) or by_module.get(e["module"]) or {}
+                e["name"] = own.get(e["op"], e["name"])
         # an instruction's work in the thread pool, after its own event has ended
         tasks = hlo.pool_tasks(raw)
         return [{k: e[k] for k in ("name", "start", "end", "thread")} for e in raw + tasks]
 
 
-def _program_names(programs: set) -> dict:
+def _program_names(programs: set, modules: set) -> tuple[dict, dict]:
     """{program id: {instruction: its name by what it holds}} of the live executables that
-    ran the given programs (an event whose program is gone keeps its raw name, unmapped)."""
+    ran the given programs (an event whose program is gone keeps its raw name, unmapped),
+    and the same by module name where a name is one module's alone."""
     clients = {id(d.client): d.client for kind in ("cpu", "gpu") for d in local_devices(kind)[:1]}
-    out = {}
+    out, by_name, names = {}, {}, []
     for client in clients.values():
         for executable in client.live_executables():
             for module in executable.hlo_modules():
                 pid = hlo.module_id(module.as_serialized_hlo_module_proto())
-                if pid in programs and pid not in out:
-                    out[pid] = hlo.op_names(module.to_string(), BACKWARD)
-    return out
+                names.append(module.name)
+                if (pid in programs and pid not in out) or module.name in modules:
+                    ops = hlo.op_names(module.to_string(), BACKWARD)
+                    out.setdefault(pid, ops)
+                    by_name[module.name] = ops
+    return out, {n: ops for n, ops in by_name.items() if names.count(n) == 1}
 
 
 class Profile:

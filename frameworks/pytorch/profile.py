@@ -70,10 +70,11 @@ def _event(e, name: str, thread: str) -> dict:
 
 def events(function_events, rules) -> list[dict]:
     """torch.profiler's FunctionEvents in the common form. With device events (a GPU
-    ran): the step marks, and each kernel or copy on its stream named by the outermost
-    non-container host op that launched it (its linked correlation id, then up the
-    host op's parents); a device event with no launching op keeps its own name, so that
-    it shows as unmapped. Without: every host event on its thread."""
+    ran): the step marks, and each kernel, copy or memset on its stream named by the
+    outermost host op of a class above its launch (the runtime call, cudaLaunchKernel or
+    cudaMemcpyAsync, that shares the device event's id); a device event with no launch
+    keeps its own name, so that it shows as unmapped. Without: every host event on its
+    thread."""
     compiled = compile_rules(rules)
     # a GPU's copy of a host annotation (the step's mark, a record_function) is no op
     device = [e for e in function_events if e.device_type.name != "CPU"
@@ -81,14 +82,17 @@ def events(function_events, rules) -> list[dict]:
     if not device:
         return [_event(e, e.name, f"cpu {e.thread}") for e in function_events]
     cpu = [e for e in function_events if e.device_type.name == "CPU"]
-    # the host ops a device event links to: the front-end ones (the runtime's launch
-    # calls link to them too, and share their id space)
-    host = {e.id: e for e in cpu if not getattr(e, "linked_correlation_id", 0)}
+    # the runtime's launch calls: ids are shared with the device events they launched
+    # (and with unrelated front-end ops, such as CUPTI's "Activity Buffer Request")
+    launches = {e.id: e for e in cpu if e.name.startswith("cuda")}
 
     def launcher(k) -> str:
-        op, name = host.get(getattr(k, "linked_correlation_id", 0)), k.name
+        # the outermost ancestor that is an op of a class: an event no rule maps (CUPTI's
+        # "Activity Buffer Request", which the host's tree can make an op's parent) is none
+        launch, name = launches.get(k.id), k.name
+        op = launch.cpu_parent if launch is not None else None
         while op is not None:
-            if classify(op.name, compiled) != CONTAINER:
+            if classify(op.name, compiled) not in (CONTAINER, None):
                 name = op.name
             op = op.cpu_parent
         return name
