@@ -583,3 +583,15 @@ def test_an_instructions_thread_pool_tasks_are_that_instruction():
     planted = profile.attribute(events, rules, 1, nesting="innermost")
     assert planted["classes"] == {"conv backward": pytest.approx(0.010)}
     assert planted["outside"] == pytest.approx(0.090)
+
+
+@pytest.mark.parametrize("devices, nodes", [(2, 1), (1, 2)])
+def test_a_profile_of_several_processes_is_refused_before_any_starts(devices, nodes):
+    """The profiler sees its own process only: a run of ranks or nodes says so in its
+    record, at once (planted: without the guard a 2-rank run starts its ranks)."""
+    from common.core.plan import RunConfig
+    from common.launch.run import run
+    cfg = RunConfig(framework="pytorch", mode="native", devices=devices, nodes=nodes,
+                    dataset="synthetic", profile_steps=3, launcher="local")
+    record = run(cfg)
+    assert record["status"] == "not-applicable" and "profile it on 1 device" in record["error"]

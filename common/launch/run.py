@@ -56,10 +56,18 @@ def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> d
     # a profiled run's events go beside its record (benchmarks.profile)
     events_path = profile.events_path(trace_path) if trace_path and cfg.profile_steps else None
     trace_path = trace_path if cfg.trace else None
+    processes = mode.processes(cfg.framework, cfg.devices)
+    if cfg.profile_steps and (cfg.nodes > 1 or processes > 1):
+        # the profiler runs in this process around its own trainer's steps; ranks and
+        # nodes have their own processes, whose events it never sees
+        record.update(status="not-applicable", error=(
+            f"an op-level profile runs one process ({cfg.framework} {cfg.mode} on "
+            f"{cfg.devices} device(s) x {cfg.nodes} node(s) runs {processes * cfg.nodes}); "
+            "profile it on 1 device"))
+        return record
     if cfg.nodes > 1:
         return _run_nodes(cfg, record, mode, tell, trace_path)
     gap = mode.gap(cfg.framework, cfg.sync_bn, cfg.execution)
-    processes = mode.processes(cfg.framework, cfg.devices)
     threads = max(1, cfg.threads // processes)
     cores = None
     if cfg.cores_per_device:
