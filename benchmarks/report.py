@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from common.reports import export, history, runs as report, utilisation
+from common.reports import export, history, runs as report, settings as settings_report, utilisation
 from common.results.record import RecordError, load_records, read_record
 
 from .cli import COMMAND_FILE, Parser, UsageError, positive, positive_float, recorded_command
@@ -48,6 +48,8 @@ def render(out: Path, command: str, console: Console, plots: bool = True,
         console.print(pipeline)
         for line in report.pipeline_definitions(rows):
             console.print(line, highlight=False, markup=False, style="dim")
+    for line in settings_report.best_known_lines(records):
+        console.print(line, highlight=False, markup=False)
     console.print(f"results: {out}", highlight=False, markup=False)
     return records
 

@@ -35,9 +35,7 @@ from .runner import Interrupts, run_config
 TIMEOUT = 3600.0
 DECISIONS = "settings.json"
 TOGETHER = "together"
-# the decisions files `compare --settings best` reads, one per machine kind
-# (settings.machine_kind()): a settings run's DECISIONS, committed under that name
-BEST_DIR = Path(__file__).resolve().parent.parent / "docs" / "results" / "settings"
+BEST_DIR = settings.BEST_DIR
 
 
 def build_parser():

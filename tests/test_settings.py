@@ -187,3 +187,29 @@ def test_the_settings_page_shows_each_decision_and_the_best(tmp_path):
     assert "| pytorch | lenet | native | compiled | 10.15 | 7.15 | 1.42x |" in text
     assert "cannot run here | tf32 applies to gpu runs, not cpu |" in text
     assert Path(command.BEST_DIR).name == "settings"
+
+
+def test_the_report_shows_the_best_known_settings_of_its_machine_kind(tmp_path, monkeypatch):
+    """A compare report whose records come from a machine kind with measured settings
+    shows each default row's kept settings and their times as measured; a tuned row and
+    another machine kind's records show none (planted: the kind read from this machine
+    instead of the records' would show the H100's settings on any CPU's report)."""
+    import json
+
+    from common.reports import settings as page
+    env = {"cpu_model": "CPU Z", "cpu_count": 2, "cpu_vector_extensions": "AVX2, AVX-512 (avx512f)",
+           "gpu_model": None}
+    kind = settings.machine_kind(env)
+    assert kind == "cpu-z-2core-avx512"
+    group = {"framework": "jax", "model": "lenet", "mode": "native", "best": ["ynn-fusion-off"],
+             "decisions": [command.decide("ynn-fusion-off", ["ynn-fusion-off"],
+                                          [_record(7.0 + 0.1 * i) for i in range(4)],
+                                          DEFAULT, "jax", 0.05)]}
+    (tmp_path / f"{kind}.json").write_text(json.dumps(
+        {"machine_kind": kind, "measured": "2026-11-26", "groups": [group]}))
+    monkeypatch.setattr(settings, "BEST_DIR", tmp_path)
+    row = {"framework": "jax", "model": "lenet", "mode": "native", "devices": 1, "env": env}
+    lines = page.best_known_lines([row, {**row, "settings": ["ynn-fusion-off"]}])
+    assert "| jax | lenet | native | ynn-fusion-off | 10.15 | 7.15 |" in lines
+    assert sum(line.startswith("| jax") for line in lines) == 1
+    assert page.best_known_lines([{**row, "env": {**env, "cpu_count": 4}}]) == []

@@ -9,9 +9,11 @@ apply_setting). benchmarks.settings measures each against the defaults; compare
 Imports no framework: the tables are read to plan runs and to refuse bad input."""
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from common.facts import machine
 
@@ -19,6 +21,10 @@ from common.facts import machine
 KINDS = ("threads", "library", "compile", "layout", "allocator", "precision", "communication")
 # Environment variables that hold a list of flags: two settings' values join
 JOINED = {"XLA_FLAGS": " ", "LD_PRELOAD": ":"}
+# The kept settings per machine kind (machine_kind()): benchmarks.settings' decisions
+# file, committed under the kind's name; what compare --settings best applies and the
+# report's "best known" section reads
+BEST_DIR = Path(__file__).resolve().parents[2] / "docs" / "results" / "settings"
 # Debian's allocators (packages libjemalloc2, libtcmalloc-minimal4)
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
@@ -190,15 +196,21 @@ def precision_of(settings: list[Setting], device_kind: str = "cpu") -> str:
     return max([DEVICE_PRECISION[device_kind], *(s.precision for s in settings)], key=order.index)
 
 
-def machine_kind() -> str:
+def machine_kind(env: dict | None = None) -> str:
     """The kind of machine settings were measured on, as a file name: the GPU's model
     where one runs the rows, else the CPU's model, core count and widest vector
-    extension (AVX-512 and AVX2-only CPUs of one model differ twice over)."""
-    gpu = machine.gpu_model()
-    if gpu:
-        name = gpu
-    else:
-        flags = machine.cpu_flags()
-        isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse"
-        name = f"{machine.cpu_model()} {os.cpu_count()}core {isa}"
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    extension (AVX-512 and AVX2-only CPUs of one model differ twice over). Of this
+    machine, or of the one a record's env describes."""
+    if env is None:
+        env = {"gpu_model": machine.gpu_model(), "cpu_model": machine.cpu_model(),
+               "cpu_count": os.cpu_count(), "cpu_vector_extensions": machine.cpu_vector_extensions()}
+    ext = env.get("cpu_vector_extensions") or ""
+    isa = "avx512" if "AVX-512" in ext else "avx2" if "AVX2" in ext else "sse"
+    name = env.get("gpu_model") or f"{env.get('cpu_model')} {env.get('cpu_count')}core {isa}"
+    return re.sub(r"[^a-z0-9]+", "-", str(name).lower()).strip("-")
+
+
+def best_known(env: dict | None = None) -> dict | None:
+    """The decisions kept for this machine's kind (or a record env's), or None."""
+    path = BEST_DIR / f"{machine_kind(env)}.json"
+    return json.loads(path.read_text()) if path.is_file() else None

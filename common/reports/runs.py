@@ -18,7 +18,7 @@ from common.core import modes
 from common.facts import registry
 from common.facts.machine import cpu_line
 from common.facts.registry import NAMES
-from common.reports import utilisation, verdict
+from common.reports import settings as settings_report, utilisation, verdict
 from common.results.record import ok_repeats, schedule_of
 
 
@@ -372,7 +372,8 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
         *_section("## Utilisation and memory per device", utilisation.table(util_rows, markdown=True),
                   utilisation.definitions(util_rows)),
         *_section("## Model mode (pipeline)", pipeline_table(rows, markdown=True),
-                  pipeline_definitions(rows))])
+                  pipeline_definitions(rows)),
+        *settings_report.best_known_lines(records)])
 
 
 def _section(heading: str, t: Table | None, definitions: list[str]) -> list[str]:

@@ -49,6 +49,37 @@ def sources(groups: list[dict]) -> list[str]:
             for f in seen for s in settings.SETTINGS.get(f, ())]
 
 
+def best_known_lines(records: list[dict]) -> list[str]:
+    """Where benchmarks.settings measured this machine's kind: each default row's kept
+    settings and their times as measured there (its own run, its own dates: set beside
+    this run's, never divided by it); [] where none were measured."""
+    env = next((r["env"] for r in records if r.get("env")), None)
+    known = settings.best_known(env) if env else None
+    if not known:
+        return []
+    groups = {(g["framework"], g["model"], g["mode"]): g for g in known["groups"]}
+    lines = []
+    for r in records:
+        g = groups.get((r["framework"], r.get("model", "lenet"), r["mode"]))
+        if r.get("settings") or r["devices"] != 1 or g is None:
+            continue
+        chosen = next((d for d in reversed(g["decisions"]) if d.get("settings") == g["best"]
+                       and d["decision"] == "kept"), None) if g["best"] else None
+        base = next((d["sec_default"] for d in g["decisions"] if d.get("sec_default")), None)
+        lines.append(f"| {r['framework']} | {g['model']} | {r['mode']} | "
+                     f"{'+'.join(g['best']) or 'the defaults'} | {_cell(base, '.2f')} | "
+                     f"{_cell(chosen['sec'] if chosen else base, '.2f')} |")
+    if not lines:
+        return []
+    return ["## Best known settings on this machine kind", "",
+            f"Measured by benchmarks.settings on this machine kind (`{known['machine_kind']}`, "
+            f"{known['measured']}: `docs/results/settings/{known['machine_kind']}.json`), in its "
+            "own runs: its defaults' and its best's sec/epoch, beside this report's rows, not "
+            "divided by them.", "",
+            "| framework | model | mode | best settings | its default s/epoch | its best s/epoch |",
+            "|" + "---|" * 6, *lines, ""]
+
+
 def markdown(results: dict) -> str:
     env = results.get("env") or {}
     tol = ", ".join(f"{p}: step losses within {t['step_loss']:.0e} relative, test accuracy "
