@@ -1,0 +1,76 @@
+"""README's measured figures are its results page's: the table of `make compare`'s rows,
+the comparison's wall time, date and CPU peak, and the accuracy range, each read from
+docs/results/cpu-2core-default.md (itself its run's report.md), so that the front page
+cannot drift from the page it cites."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "results" / "cpu-2core-default.md"
+# README's figures that the page must hold verbatim: times, dates, rates
+VERBATIM = (r"\d+ min \d+ s", r"\d{4}-\d\d-\d\d", r"\d+\.\d+ GFLOP/s")
+
+
+def tables(text: str) -> list[list[dict]]:
+    """Every Markdown table of a text, as rows of {header: cell}."""
+    out, block = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            block.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif block:
+            header, *rows = [r for r in block if not set("".join(r)) <= set("-: ")]
+            out.append([dict(zip(header, r)) for r in rows])
+            block = []
+    return out
+
+
+def _section(text: str, start: str, end: str) -> str:
+    return text[text.index(start):text.index(end, text.index(start))]
+
+
+def _key(row: dict) -> tuple:
+    return row["framework"], row["mode"], row["execution"]
+
+
+def check(readme: str, page: str) -> list[str]:
+    """Where README's figures differ from the page's (empty: none)."""
+    problems = []
+    shown = _section(readme, "## Quick start", "## Commands")
+    page_tables = tables(page)
+    main = {_key(r): r for r in page_tables[0]}
+    util = {_key(r): r for t in page_tables[1:] if t and "MFU" in t[0] for r in t}
+    (readme_table,) = [t for t in tables(shown) if t and "sec/epoch" in t[0]]
+    for row in readme_table:
+        theirs = {**util.get(_key(row), {}), **main.get(_key(row), {})}
+        if not theirs:
+            problems.append(f"README's row {_key(row)} is not on the page")
+        for col, cell in row.items():
+            if col in theirs and theirs[col] != cell:
+                problems.append(f"{_key(row)} {col}: README {cell}, the page {theirs[col]}")
+    for pattern in VERBATIM:
+        problems += [f"README's {m!r} is not on the page" for m in re.findall(pattern, shown)
+                     if m not in page]
+    accuracies = [float(r["test acc"]) for r in main.values() if r["status"] == "ok"]
+    said = re.search(r"accuracy (0\.\d\d)-(0\.\d\d)", shown)
+    want = f"{min(accuracies):.2f}-{max(accuracies):.2f}"
+    if not said or f"{said.group(1)}-{said.group(2)}" != want:
+        problems.append(f"README's accuracy range is not the page's {want}")
+    return problems
+
+
+def test_readmes_figures_are_its_results_pages():
+    assert check(README.read_text(), PAGE.read_text()) == []
+
+
+def test_a_figure_typed_by_hand_fails_the_check():
+    readme, page = README.read_text(), PAGE.read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| tensorflow | scratch"))
+    cells = row.split("|")
+    cells[6] = f" {float(cells[6]) + 0.01:.2f} "                  # sec/epoch
+    planted = readme.replace(row, "|".join(cells))
+    assert any("sec/epoch" in p for p in check(planted, page))
+    minutes = re.search(r"\d+ min \d+ s", readme).group(0)
+    assert any("not on the page" in p for p in check(readme.replace(minutes, "7 min 1 s"), page))
+    assert any("accuracy range" in p for p in check(readme.replace("accuracy 0.75-0.78",
+                                                                   "accuracy 0.75-0.79"), page))
