@@ -74,3 +74,43 @@ def test_a_figure_typed_by_hand_fails_the_check():
     assert any("not on the page" in p for p in check(readme.replace(minutes, "7 min 1 s"), page))
     assert any("accuracy range" in p for p in check(readme.replace("accuracy 0.75-0.78",
                                                                    "accuracy 0.75-0.79"), page))
+
+
+LAYOUT = ROOT / "docs" / "layout.md"
+
+
+def layout_gaps(layout: str) -> list[str]:
+    """The tree's modules that docs/layout.md does not name where they live: each file
+    of common/<package>/ in its package's rows of the common/ table, each benchmarks/
+    module in the benchmarks/ section, each framework package file in its table (and the
+    heading's count of them)."""
+    import frameworks
+    gaps = []
+    common = _section(layout, "## `common/`", "## `frameworks/")
+    rows, package = {}, None
+    for line in common.splitlines():
+        if line.startswith("| `"):
+            package = line.split("|")[1].strip().strip("`").rstrip("/")
+        if line.startswith("| ") and package:
+            rows[package] = rows.get(package, "") + line
+    for path in sorted((ROOT / "common").glob("*/*.py")):
+        if path.name != "__init__.py" and f"`{path.name}`" not in rows.get(path.parent.name, ""):
+            gaps.append(f"common/{path.parent.name}/{path.name}")
+    bench = _section(layout, "## `benchmarks/`", "## The layers")
+    gaps += [f"benchmarks/{p.name}" for p in sorted((ROOT / "benchmarks").glob("*.py"))
+             if p.name != "__init__.py" and f"`{p.stem}`" not in bench and f"`{p.name}`" not in bench]
+    fw = _section(layout, "## `frameworks/", "Keras has no scratch loop")
+    gaps += [f"frameworks/<name>/{f}" for f in frameworks.FILES if f"`{f}`" not in fw]
+    if f"the same {len(frameworks.FILES)} files each" not in fw:
+        gaps.append(f"the frameworks heading's count (the packages have {len(frameworks.FILES)} files)")
+    return gaps
+
+
+def test_the_layout_page_names_every_module_where_it_lives():
+    assert layout_gaps(LAYOUT.read_text()) == []
+
+
+def test_a_module_left_out_of_the_layout_fails_it():
+    text = LAYOUT.read_text()
+    assert "common/results/trace.py" in layout_gaps(text.replace("`trace.py`", "`trace`"))
+    assert "benchmarks/links.py" in layout_gaps(text.replace("`links`", "links"))
