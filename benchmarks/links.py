@@ -45,12 +45,9 @@ PLACEMENTS = ("per-node", "one")
 PROBE_REPEATS = 5
 PROBE_IFNAME = netns.LINK_IF    # the interface gloo's probe binds (tests plant another)
 RUNS = ("compute", "nodes", "ps")
-# per model: the per-device batch of the node runs, the compute batches and the rates.
-# Each model has two slow rates, t2 well above 30 % of the step, so that the predictor
-# fitted at one (--fit-rate, 100mbit) is validated at the other; ResNet-18's 45 MB of
-# gradients take 36 s a step at 10 Mbit/s, 8 s at 50 (1.7-6.6 s of compute)
-DEFAULTS = {"lenet": (128, "32,128,512", "10mbit,100mbit,1gbit,unshaped"),
-            "resnet18": (32, "8,32,64", "50mbit,100mbit,1gbit,unshaped")}
+# per model (its COMMANDS["links"]): the per-device batch of the node runs, the compute
+# batches, the rates and the steps per epoch
+DEFAULTS = {name: models.get(name).COMMANDS["links"] for name in models.NAMES}
 
 
 def _rates(text: str) -> list[str]:
@@ -71,10 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="engines to run across the links (a comma-separated list)")
     p.add_argument("--model", default="lenet,resnet18", help="lenet, resnet18 or both")
     p.add_argument("--rates", type=_rates, default=None,
-                   help="link rates in tc's units, and unshaped (default per model: LeNet "
-                        f"{DEFAULTS['lenet'][2]}; ResNet-18 {DEFAULTS['resnet18'][2]})")
+                   help="link rates in tc's units, and unshaped (default per model: " + "; ".join(
+                       f"{m} {','.join(d['rates'])}" for m, d in DEFAULTS.items()) + ")")
     p.add_argument("--batch-per-device", type=positive, default=None,
-                   help="each node's batch in the node runs (default: LeNet 128, ResNet-18 32)")
+                   help="each node's batch in the node runs (default per model: " + ", ".join(
+                       f"{m} {d['batch']}" for m, d in DEFAULTS.items()) + ")")
     p.add_argument("--compute-batches", default=None, metavar="B,B,...",
                    type=int_list("--compute-batches", "batch sizes like 32,128,512",
                                  "needs two or more sizes of 1 or more", least=2),
@@ -139,11 +137,11 @@ def run(args, out: Path) -> int:
     frameworks = names(args.framework, ENGINES, "framework")
     runs = names(args.runs, RUNS, "runs")
     for model in names(args.model, models.NAMES, "model"):
-        b, compute_batches, rates = DEFAULTS[model]
-        b = args.batch_per_device or b
-        batches = args.compute_batches or [int(x) for x in compute_batches.split(",")]
-        rates = args.rates or rates.split(",")
-        steps = str(args.steps_per_epoch or (8 if model == "lenet" else 3))
+        own = DEFAULTS[model]
+        b = args.batch_per_device or own["batch"]
+        batches = args.compute_batches or list(own["compute_batches"])
+        rates = args.rates or list(own["rates"])
+        steps = str(args.steps_per_epoch or own["steps"])
         base = out / model
         for c in batches if "compute" in runs else []:
             code = max(code, compare(base / f"compute-b{c}", frameworks, model, [
@@ -156,7 +154,7 @@ def run(args, out: Path) -> int:
                 "--nodes", "2", "--launcher", "netns", "--link", rate,
                 "--steps-per-epoch", steps]))
     if args.ps_nodes and "ps" in runs and "lenet" in names(args.model, models.NAMES, "model"):
-        b = args.batch_per_device or DEFAULTS["lenet"][0]
+        b = args.batch_per_device or DEFAULTS["lenet"]["batch"]
         rate = args.ps_rate[0]
         for n in args.ps_nodes:
             # n nodes share this machine's cores: each its share of the threads

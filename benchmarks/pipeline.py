@@ -48,8 +48,9 @@ from .worker import QUIET_ENV
 ROOT = Path(__file__).resolve().parent.parent
 MICRO_BATCHES = (1, 4, 8)
 STAGES = (2, 4)
-# per model: batch, steps per epoch (2 epochs, the second timed)
-SHAPE = {"lenet": (256, 20), "resnet18": (32, 3)}
+# per model (its COMMANDS["pipeline"]): batch, steps per epoch (2 epochs, the second timed)
+SHAPE = {name: (models.get(name).COMMANDS["pipeline"]["batch"],
+                models.get(name).COMMANDS["pipeline"]["steps"]) for name in models.NAMES}
 
 
 def record_of(cfg: RunConfig, out: Path, timeout: int, rnd: int) -> dict:

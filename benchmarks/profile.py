@@ -38,9 +38,9 @@ def build_parser():
     p.add_argument("--mode", default="default",
                    help="modes to profile: default (compare's), or a comma-separated list")
     p.add_argument("--steps", type=positive, default=None,
-                   help="profiled steps per row (default per model: its PROFILE)")
+                   help="profiled steps per row (default per model: its COMMANDS['profile'])")
     p.add_argument("--batch-size", type=positive, default=None,
-                   help="images per step (default per model: its PROFILE)")
+                   help="images per step (default per model: its COMMANDS['profile'])")
     p.add_argument("--threads", type=positive, default=os.cpu_count() or 1)
     p.add_argument("--dataset", default="synthetic",
                    help="synthetic (op time does not depend on the pixels) or fashion-mnist")
@@ -57,7 +57,7 @@ def plan(args) -> list[dict]:
              else names(args.mode, MODES, "mode"))
     runs = []
     for model in names(args.model, models.NAMES, "model"):
-        own = models.get(model).PROFILE
+        own = models.get(model).COMMANDS["profile"]
         for f in frameworks:
             for m in modes:
                 if (f, m) in registry.KNOWN_GAPS:

@@ -46,3 +46,4 @@ def test_a_planted_upward_import_breaks_a_contract(tmp_path, module, planted):
     target.write_text(target.read_text() + f"\n{planted}\n")
     out = lint(tmp_path)
     assert out.returncode != 0 and "BROKEN" in out.stdout, out.stdout[-2000:]
+

@@ -84,7 +84,7 @@ def _traffic(net: netns.Network, sizes: list[int], idle: float = 0.0, echo: bool
 
 
 # The rates benchmarks.links shapes its links to (each model's defaults but unshaped)
-SHAPED_RATES = sorted({r for _, _, rates in links.DEFAULTS.values() for r in rates.split(",")
+SHAPED_RATES = sorted({r for d in links.DEFAULTS.values() for r in d["rates"]
                        if r != netns.UNSHAPED}, key=netns.rate_bits)
 # A burst of 10 right buckets after an idle spell: with the right bucket b it takes at least
 # (10 b - b) / rate (what tbf counts has headers on top), with a bucket B at least

@@ -35,8 +35,15 @@ UNIT_COST = (1, 1)                # two units: any cost gives the one cut
 # The layers in forward order (common/models/costs.py counts a step's FLOPs and bytes
 # per op class from them): conv 3x3 -> ReLU -> avg-pool 2, conv 5x5 -> ReLU -> avg-pool
 # 2, dense -> ReLU, dense, softmax cross-entropy
-# benchmarks.profile's defaults: compare's batch, and steps enough for a stable window
-PROFILE = {"batch": 256, "steps": 10}
+# The commands' defaults for this model (a new model brings its own; benchmarks/ holds
+# none): profile, compare's batch and steps enough for a stable window; links, each
+# node's batch, the compute batches and the rates (two slow ones, so that the predictor
+# fitted at one is validated at the other) and steps per epoch; pipeline, the batch and
+# steps per epoch (2 epochs, the second timed)
+COMMANDS = {"profile": {"batch": 256, "steps": 10},
+            "links": {"batch": 128, "compute_batches": (32, 128, 512),
+                      "rates": ("10mbit", "100mbit", "1gbit", "unshaped"), "steps": 8},
+            "pipeline": {"batch": 256, "steps": 20}}
 LAYERS = (costs.conv(1, 20, 3, 28, 26, first=True), costs.elementwise("activation", 20, 26),
           costs.pool(20, 26, 13, 2),
           costs.conv(20, 50, 5, 13, 9), costs.elementwise("activation", 50, 9),

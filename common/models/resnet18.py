@@ -203,8 +203,13 @@ def _layers() -> tuple[dict, ...]:
     return tuple(layers)
 
 
-# benchmarks.profile's defaults: a batch a 2-core CPU steps in about a second
-PROFILE = {"batch": 32, "steps": 3}
+# The commands' defaults for this model (see lenet.py): profile, a batch a 2-core CPU
+# steps in about a second; links, two slow rates (its 45 MB of gradients take 36 s a
+# step at 10 Mbit/s, 8 s at 50, against 1.7-6.6 s of compute); pipeline
+COMMANDS = {"profile": {"batch": 32, "steps": 3},
+            "links": {"batch": 32, "compute_batches": (8, 32, 64),
+                      "rates": ("50mbit", "100mbit", "1gbit", "unshaped"), "steps": 3},
+            "pipeline": {"batch": 32, "steps": 3}}
 LAYERS = _layers()
 
 
