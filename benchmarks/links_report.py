@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from common import models
+from common.core import perf
 from common.launch import netns
 from common.reports.runs import colour, machine_lines, save_figure
 from common.results.record import RecordError, load_records
@@ -39,9 +40,7 @@ WITHIN = 0.20            # the predictor's bound on the rows where t2 is a fair 
 T2_SHARE = 0.30          # ... at least this share of the measured step
 
 
-def ring_bytes(p: int, n: int) -> float:
-    """Bytes each node sends a step in a ring all-reduce of p bytes over n nodes."""
-    return 2 * (n - 1) / n * p
+ring_bytes = perf.ring_bytes
 
 
 def sent_bytes(model: str, n: int, placement: str | None) -> list[float]:
@@ -161,13 +160,7 @@ def probe_sent(probe: dict | None) -> float | None:
     return float(np.median(probe["ranks"][0]["tx_bytes"]))
 
 
-def rule_batch(compute: Compute, t2: float) -> int | None:
-    """The smallest per-device batch (a power of two up to 65536) at which t1 >= RULE x t2
-    (a calculation from the fitted t1 and the measured t2)."""
-    for b in (2 ** i for i in range(17)):
-        if compute(b) >= RULE * t2:
-            return b
-    return None
+rule_batch = perf.rule_batch      # from the fitted t1 and the measured t2
 
 
 def _ms(x: float | None) -> str:

@@ -14,7 +14,7 @@ a step) that gradient all-reduce can hide behind (1 where the framework overlaps
 buckets with the backward, as DDP does; 0 for the chapter's allreduce after the
 backward, the default). The table gives, per model, framework and mode, for 1..64
 devices: t1 (compute), t2 (communication), the predicted step, speed-up and
-efficiency against k, and the per-device batch from which t1 > 1.2 x t2 (the
+efficiency against k, and the per-device batch from which t1 >= 1.2 x t2 (the
 chapter's rule for communication to hide behind compute).
 
 Validation, out of sample when --fit-batches and --link-fit-bytes hold rows back: each
@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from common import models
+from common.core import perf
 from common.launch.launcher import thread_env
 from common.reports.runs import all_devices, colour, machine_lines, save_figure, timing
 from common.results.record import RecordError, load_records
@@ -49,7 +50,7 @@ from .cli import Parser, UsageError, int_list, positive
 
 DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 BACKWARD_SHARE = 2 / 3          # of a training step: the backward pass costs about twice the forward
-RULE = 1.2                      # the chapter: compute should exceed communication by about 20 %
+RULE = perf.RULE
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,8 @@ param_bytes = models.param_bytes
 
 
 def allreduce_sec(nbytes: float, k: int, link: Link) -> float:
-    """A ring all-reduce of nbytes over k devices."""
-    if k == 1:
-        return 0.0
-    return 2 * (k - 1) * link.latency + 2 * (k - 1) / k * nbytes / link.bandwidth
+    """A ring all-reduce of nbytes over k devices on `link` (common/core/perf.py)."""
+    return perf.ring_sec(nbytes, k, link.latency, link.bandwidth)
 
 
 # the all-reduce a mode runs: the chapter's by hand in scratch mode, the framework's own
@@ -246,12 +245,8 @@ def predict(compute: Compute, nbytes: int, batch: int, k: int, link: Link, overl
 
 
 def rule_batch(compute: Compute, nbytes: int, k: int, link: Link) -> int | None:
-    """The smallest per-device batch (a power of two up to 65536) at which t1 > RULE x t2."""
-    t2 = allreduce_sec(nbytes, k, link)
-    for b in (2 ** i for i in range(17)):
-        if compute(b) > RULE * t2:
-            return b
-    return None
+    """The smallest per-device batch (a power of two up to 65536) at which t1 >= RULE x t2."""
+    return perf.rule_batch(compute, allreduce_sec(nbytes, k, link))
 
 
 def _row_key(r: dict) -> tuple:
@@ -516,7 +511,7 @@ def _new_table(markdown: bool, title: str, columns: tuple, left: tuple) -> Table
 def _table(rows: list[dict], markdown: bool) -> Table:
     t = _new_table(markdown, "predicted step time (ms) by device count",
                    ("model", "framework", "mode", "link", "batch", "k", "t1 ms", "t2 ms",
-                    "step ms", "speed-up", "efficiency", "t1 > 1.2 t2 from b"),
+                    "step ms", "speed-up", "efficiency", "t1 >= 1.2 t2 from b"),
                    ("model", "framework", "mode", "link"))
     for r in rows:
         t.add_row(r["model"], r["framework"], r["mode"] + (f" {r['execution']}" if r["execution"] else ""),
@@ -607,7 +602,7 @@ def _markdown(table, checks, t1_checks, t2_checks, skipped, records, args, argv,
                         if args.contention == "measure" else " (given)") if factors else "none")
                   + ".", "", render(_checks(checks, True)), ""]
     lines += [f"- {s}" for s in skipped]
-    lines += ["- t1 > 1.2 t2 from b: the smallest per-device batch (a power of two) at which "
+    lines += ["- t1 >= 1.2 t2 from b: the smallest per-device batch (a power of two) at which "
               "compute exceeds communication by 20 %, the chapters' rule for communication to "
               "hide behind compute.", ""]
     return "\n".join(lines)

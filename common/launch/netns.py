@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common import models
+from common.core import perf
 
 PREFIX = "dlc-"
 STATE_DIR = Path("/run/dl-compare-netns")
@@ -251,7 +252,7 @@ def carried(per_node: list[dict | None], nodes: int, model, steps: int) -> dict:
     so that headers never trip it while a part of the traffic that went elsewhere (over
     a node's own loopback) does."""
     gradient = models.param_bytes(model.NAME)
-    least = int(LEAST_SHARE * 2 * (nodes - 1) * gradient * steps)
+    least = int(LEAST_SHARE * nodes * perf.ring_bytes(gradient, nodes) * steps)
     out = {"tx_bytes": [c and c["tx"] for c in per_node],
            "rx_bytes": [c and c["rx"] for c in per_node], "gradient_bytes": gradient,
            "timed_steps": steps, "least_bytes": least, "short": None}
