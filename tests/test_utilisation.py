@@ -367,7 +367,11 @@ def test_the_cpu_peak_is_kept_in_the_folder(tmp_path):
     from common.facts.machine import cpu_model
     kept = {"gflops": 1.0, "library": "kept", "size": 64, "threads": 1, "cpu_model": cpu_model()}
     (tmp_path / gemm.PEAK_FILE).write_text(json.dumps(kept))
-    assert gemm.cpu_peak(tmp_path, 1, 64) == kept
+    # a file from before the GPUs' limits (no "device") is a CPU's
+    assert gemm.cpu_peak(tmp_path, 1, 64) == {**kept, "device": "cpu"}
+    (tmp_path / gemm.PEAK_FILE).write_text(json.dumps({**kept, "device": "cuda"}))
+    assert gemm.cpu_peak(tmp_path, 1, 64)["library"] != "kept"        # a GPU's: measured now
+    (tmp_path / gemm.PEAK_FILE).write_text(json.dumps(kept))
     fresh = gemm.cpu_peak(tmp_path, 1, 32)           # another size: measured now
     assert fresh["library"] != "kept" and fresh["size"] == 32 and fresh["gflops"] > 0
     assert json.loads((tmp_path / gemm.PEAK_FILE).read_text()) == fresh

@@ -90,6 +90,7 @@ def _kept_or_measured(path: Path, program: str, threads: int, size: int, what: s
     same = {"size": size, "threads": threads, "cpu_model": cpu_model(), "device": device}
     try:
         kept = json.loads(path.read_text())
+        kept.setdefault("device", "cpu")       # a file from before GPUs had limits of their own
         if {k: kept.get(k) for k in same} == same and kept.get(key):
             return kept
     except (OSError, ValueError, AttributeError):

@@ -16,7 +16,7 @@ else:
 # backend's rules (the first match wins).
 RULES = (
     # the optimizer's variables are updated under its name scope (TensorFlow: "sgd_1/")
-    (r"(^|/)(sgd|SGD)(_\d+)?/", "optimizer update"),
+    (r"(^|/)(sgd|SGD)(_\d+)*/", "optimizer update"),
     # fit's batches on torch come from a torch DataLoader over the arrays: copies
     (r"^enumerate\(DataLoader\)#", "copies and layout"),
 )
