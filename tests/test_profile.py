@@ -599,3 +599,23 @@ def test_a_profile_of_several_processes_is_refused_before_any_starts(devices, no
                     dataset="synthetic", profile_steps=3, launcher="local")
     record = run(cfg)
     assert record["status"] == "not-applicable" and "profile it on 1 device" in record["error"]
+
+
+def test_a_gap_line_sets_split_convolution_gradients_against_their_sum():
+    """TensorFlow parts a convolution's gradients, PyTorch does not: the gap line sets
+    their sums against each other (planted: class by class, TensorFlow's 160 ms of input
+    gradient read as 160 ms more than PyTorch's none), and what it names plus the rest is
+    the gap."""
+    from common.reports import profile as report
+
+    def row(fw, classes, outside):
+        window = sum(classes.values()) + outside
+        return {"framework": fw, "mode": "native", "profile": {
+            "classes": classes, "unmapped": {}, "outside": outside, "window_ms": window}}
+    torch = row("pytorch", {"conv backward": 250.0, "conv forward": 110.0}, 8.0)
+    tf = row("tensorflow", {"conv backward input": 160.0, "conv backward weight": 125.0,
+                            "conv forward": 116.0}, 4.0)
+    line = report.gap_line(tf, torch)
+    assert line.startswith("tensorflow native: +37.0 ms per step against pytorch native: "
+                           "+35.0 ms conv backward, +6.0 ms conv forward; the other classes -4.0 ms")
+    assert report.gap_line(torch, torch).endswith("the fastest row (368.0 ms per profiled step)")

@@ -40,16 +40,20 @@ def _missing(rows: list[str], page: str) -> list[str]:
     return [r for r in rows if r not in text]
 
 
-def test_the_gpu_profile_page_is_its_records(tmp_path, capsys):
-    """docs/results/h100-profile.md: the profile page rebuilt from its records."""
+@pytest.mark.parametrize("page", ["h100-profile", "cpu-2core-profile"])
+def test_a_profile_page_is_its_records(tmp_path, capsys, page):
+    """A profile page: profile.md rebuilt from its records, every table row and every
+    gap line on the page."""
     import shutil
 
     from benchmarks import profile
-    shutil.copytree(RESULTS / "h100-profile", tmp_path / "p")
+    shutil.copytree(RESULTS / page, tmp_path / "p")
     (tmp_path / "p" / "profile.md").unlink()
     assert profile.write_page(tmp_path / "p") == 0
     capsys.readouterr()
-    missing = _missing(_rows((tmp_path / "p" / "profile.md").read_text()), "h100-profile.md")
+    rebuilt = (tmp_path / "p" / "profile.md").read_text()
+    gaps = [line for line in rebuilt.splitlines() if "per step against" in line or "the fastest row" in line]
+    missing = _missing(_rows(rebuilt) + gaps, f"{page}.md")
     assert not missing, missing[:2]
 
 
