@@ -57,23 +57,30 @@ def test_a_profile_page_is_its_records(tmp_path, capsys, page):
     assert not missing, missing[:2]
 
 
-SETTINGS_RUNS = ("h100-settings/pytorch-lenet", "h100-settings/jax-lenet")
+# page -> (its settings runs, the machine kind's settings file they make)
+SETTINGS_PAGES = {
+    "h100-settings.md": (("h100-settings/pytorch-lenet", "h100-settings/jax-lenet"),
+                         "nvidia-h100-80gb-hbm3"),
+    "cpu-2core-settings.md": (("cpu-2core-settings/jax-lenet",),
+                              "intel-r-xeon-r-processor-2core-avx512"),
+}
 
 
-def test_the_gpu_settings_page_and_best_file_are_their_records():
-    """docs/results/h100-settings.md: each run's decisions judged again from its records
-    (benchmarks.settings' rules of today); the machine kind's settings file holds what
-    they kept."""
+@pytest.mark.parametrize("page_name", sorted(SETTINGS_PAGES))
+def test_a_settings_page_and_its_best_file_are_their_records(page_name):
+    """Each run's decisions judged again from its records (benchmarks.settings' rules of
+    today) are on the page; the machine kind's settings file holds what they kept."""
     import json
 
     from benchmarks import settings as command
     from common.reports import settings as page
+    runs, kind = SETTINGS_PAGES[page_name]
     best = {}
-    for run in SETTINGS_RUNS:
+    for run in runs:
         folder = RESULTS / run
         results = command.judged(json.loads((folder / command.DECISIONS).read_text()), folder)
-        missing = _missing(_rows(page.markdown(results)), "h100-settings.md")
+        missing = _missing(_rows(page.markdown(results)), page_name)
         assert not missing, f"{run}: {missing[:2]}"
         best.update({(g["framework"], g["model"], g["mode"]): g["best"] for g in results["groups"]})
-    kind = json.loads((RESULTS / "settings" / "nvidia-h100-80gb-hbm3.json").read_text())
-    assert {(g["framework"], g["model"], g["mode"]): g["best"] for g in kind["groups"]} == best
+    kept = json.loads((RESULTS / "settings" / f"{kind}.json").read_text())
+    assert {(g["framework"], g["model"], g["mode"]): g["best"] for g in kept["groups"]} == best

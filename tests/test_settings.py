@@ -147,7 +147,6 @@ def test_settings_commands_bad_input_writes_nothing(tmp_path, argv, says):
 @pytest.mark.parametrize("setting, says", [
     ("pytorch:fast", "pytorch has no setting 'fast'"),
     ("pytorch:tf32", "tf32 cannot apply here"),
-    ("best", "no settings measured on this machine kind"),
 ])
 def test_compare_refuses_a_setting_it_cannot_apply_and_writes_nothing(tmp_path, setting, says):
     out = tmp_path / "out"
@@ -213,3 +212,20 @@ def test_the_report_shows_the_best_known_settings_of_its_machine_kind(tmp_path, 
     assert "| jax | lenet | native | ynn-fusion-off | 10.15 | 7.15 |" in lines
     assert sum(line.startswith("| jax") for line in lines) == 1
     assert page.best_known_lines([{**row, "env": {**env, "cpu_count": 4}}]) == []
+
+
+def test_compare_settings_best_needs_this_machine_kinds_decisions(tmp_path, monkeypatch):
+    """--settings best applies what benchmarks.settings kept on this machine kind, and
+    refuses on a kind never measured, naming those that were."""
+    import json
+
+    from benchmarks.cli import UsageError
+    monkeypatch.setattr(command, "BEST_DIR", tmp_path)
+    (tmp_path / "another-kind.json").write_text("{}")
+    with pytest.raises(UsageError, match="no settings measured on this machine kind .*another-kind"):
+        command.resolve("best", ["jax"], ["native"], "lenet")
+    (tmp_path / f"{settings.machine_kind()}.json").write_text(json.dumps({"groups": [
+        {"framework": "jax", "model": "lenet", "mode": "native", "best": ["ynn-fusion-off"]},
+        {"framework": "jax", "model": "resnet18", "mode": "native", "best": ["ynn-fusion-off"]}]}))
+    got = command.resolve("best", ["jax"], ["native", "scratch"], "lenet")
+    assert got == {"jax/lenet/native": ["ynn-fusion-off"]}
