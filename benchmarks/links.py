@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -106,7 +107,23 @@ def compare(out: Path, framework: list[str], model: str, extra: list[str]) -> in
            "--eval-samples", "256", "--peak-gemm-size", "0", "--no-plots", "--out", str(out),
            *extra]
     print(" ".join(cmd[1:]), flush=True)
-    return subprocess.run(cmd, cwd=ROOT).returncode
+    return run_child(cmd)
+
+
+def run_child(cmd: list[str]) -> int:
+    """A command's exit code; stopped with this process (SIGTERM, SIGINT: the child is
+    asked to stop the same way and waited for, so that its workers and emulated network
+    go with it, never left training on their own)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    try:
+        return proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def probe(out: Path, nodes: int, rate: str, nbytes: int, timeout: float = 600) -> None:
@@ -245,5 +262,10 @@ def main(argv=None) -> int:
     return run_command("links", build_parser(), argv, checked, "links-", measure)
 
 
+def _stop(signum, frame):
+    raise SystemExit(128 + signum)      # unwinds through run_child, which stops its child
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stop)
     sys.exit(main())

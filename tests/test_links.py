@@ -330,3 +330,29 @@ def test_merge_adds_a_folders_records_and_never_replaces_one(tmp_path, capsys):
     assert links.main(["--report", str(tmp_path / "a"), "--merge", str(tmp_path / "c")]) == 2
     assert "per-device batch 64" in capsys.readouterr().err
     assert sorted(str(f) for f in (tmp_path / "a").rglob("*")) == before
+
+
+def test_a_stopped_links_run_stops_its_compare_child(tmp_path):
+    """SIGTERM to benchmarks.links reaches the compare it runs (planted: subprocess.run,
+    as before, left the child training on alone after its parent was killed)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    pid_file = tmp_path / "child.pid"
+    child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    code = ("import signal, sys\nfrom benchmarks import links\n"
+            "signal.signal(signal.SIGTERM, links._stop)\n"
+            f"links.run_child([sys.executable, '-c', {child!r}])\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.05)
+    grandchild = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):
+        os.kill(grandchild, 0)
