@@ -20,6 +20,7 @@ from tests.profile_plants import ACTIVATION
 STEPS = 3
 BATCH = 32
 PAUSE = 0.2                   # seconds planted between steps: well above a loaded machine's noise
+SPILL = 0.5                   # the most of the planted activation any other class may gain
 DATA = data.synthetic(0, n_train=BATCH * 12, n_test=BATCH)
 
 
@@ -70,6 +71,12 @@ def profiles_its_steps(b) -> str | None:
     d = _changes(base, _profile(b, ACTIVATION[b.name]))
     act = d.get("activation", 0.0)
     assert act > 2.0, f"ReLU x many moved activation by {act:.2f} ms: {d}"
-    grew = {c: v for c, v in d.items() if c not in ("activation", profile.OUTSIDE) and v > 0.25 * act}
+    # other classes may grow a little: an engine that runs ops on several threads at once
+    # (MXNet's, XLA's pool) shares each instant among the ops that overlap it, so more
+    # ReLUs overlapping a convolution take some of its time and give it some of theirs
+    # (idle 2-core Intel, MXNet: pooling +4.4 and conv backward +5.6 ms for activation
+    # +16.8); a ReLU's rule gone puts half or more of it elsewhere (+6.2 against +0.0)
+    grew = {c: v for c, v in d.items() if c not in ("activation", profile.OUTSIDE)
+            and v > SPILL * act}
     assert not grew, f"ReLU x many landed in other classes: {grew} (activation +{act:.1f} ms)"
     return None
