@@ -336,12 +336,14 @@ def test_a_column_holding_another_field_fails(tmp_path, capsys, monkeypatch, pla
         check_exported(*_export_both(tmp_path, capsys, records), records[1])
 
 
-def test_a_note_a_user_copies_is_never_cut(tmp_path, capsys):
+def test_a_note_a_user_copies_is_never_cut(tmp_path, capsys, monkeypatch):
     """A not-installed row's note ends in the command that installs it (MXNet's builds
-    an environment of its own: over 160 characters): whole in the terminal's notes and
-    in report.md."""
+    an environment of its own: over 160 characters, more with a deep checkout, whose path
+    the note names: CI's /check/work/main once wrapped it inside report.md's table cell):
+    whole in the terminal's notes and in report.md."""
     from common.facts import registry
     from common.reports import runs
+    monkeypatch.setattr(registry, "python", lambda name: "/check/" + "a-deep-folder/" * 12 + "bin/python")
     why = registry.not_installed("mxnet")
     assert len(why) > 160 and why.endswith(registry.install_hint("mxnet"))
     rows = runs.summarize([_record(framework="mxnet", status="not-installed", error=why)])

@@ -3,17 +3,15 @@ a summary matrix (framework x experiment, one headline figure each), one table p
 experiment, report.md and the plots."""
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from common.experiments.device_experiments import EXPERIMENTS, MB
 from common.facts.registry import NAMES
-from common.reports.runs import colour, load_lines, machine_lines, save_figure
+from common.reports.runs import colour, load_lines, machine_lines, render_markdown, save_figure
 
 RECORD_GLOB = "*.devices.json"
 
@@ -171,12 +169,6 @@ def _first_line(text) -> str:
     return (text or "").splitlines()[0][:200] if text else ""
 
 
-def _render(table: Table) -> str:
-    buf = io.StringIO()
-    Console(file=buf, width=400, color_system=None).print(table)
-    return buf.getvalue().strip()
-
-
 def matmul_vs_numpy(records: list[dict]) -> list[tuple[str, int, float, float]]:
     """(framework, size, GFLOP/s, fraction of NumPy's) at the largest CPU size, per framework."""
     out = []
@@ -207,7 +199,7 @@ def markdown_report(records: list[dict], command: str) -> str:
     if no_gpu:
         lines += [f"No GPU seen by: {', '.join(no_gpu)} (GPU rows left out).", ""]
     lines += [
-        "## Summary", "", _render(summary_table(records, markdown=True)), ""]
+        "## Summary", "", render_markdown(summary_table(records, markdown=True)), ""]
     best = max(matmul_vs_numpy(records), key=lambda x: x[2], default=None)
     if best:
         lines += [f"Largest CPU product: best framework {best[0]}, {best[2]:.0f} GFLOP/s at "
@@ -234,7 +226,7 @@ def markdown_report(records: list[dict], command: str) -> str:
                 bad = [c["name"] for c in checks if not c["ok"]]
                 lines.append(f"- {r['framework']}: {len(checks) - len(bad)}/{len(checks)} checks "
                              "passed" + (f"; FAILED: {'; '.join(bad)}" if bad else ""))
-        lines += ["", _render(experiment_table(name, records, markdown=True)), ""]
+        lines += ["", render_markdown(experiment_table(name, records, markdown=True)), ""]
     return "\n".join(lines)
 
 

@@ -328,7 +328,7 @@ def table(rows: list[dict], title: str | None = None, markdown: bool = False) ->
         width = max([len(line) for line in header.splitlines()] + [len(r[i]) for r in cells])
         t.add_column(header, justify="left" if c in ("framework", "mode", "execution", "status", "note")
                      else "right",
-                     no_wrap=c != "note", min_width=None if c == "note" else width)
+                     no_wrap=markdown or c != "note", min_width=None if c == "note" else width)
     for r, row in zip(cells, rows):
         # text from data (errors, hints) shown literally; a noisy spread stands out
         t.add_row(*(Text(c, style="bold yellow" if k == "spread" and row.get("noisy") else "")
@@ -347,9 +347,16 @@ def notes(rows: list[dict]) -> list[str]:
     return [f"{', '.join(names)}: {note}" for note, names in by_note.items()]
 
 
-def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
+def render_markdown(t: Table) -> str:
+    """A Markdown table as text: wide enough that no cell wraps (a wrapped cell breaks the
+    Markdown row, and a note a user copies, such as an install command, must stay whole
+    however long the paths in it are)."""
     buf = io.StringIO()
-    Console(file=buf, width=400, color_system=None).print(table(rows, markdown=True))
+    Console(file=buf, width=100_000, color_system=None).print(t)
+    return buf.getvalue().strip()
+
+
+def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
     cfg = records[0] if records else {}
     util_rows = utilisation.rows(rows, records)
     model_names = ", ".join(dict.fromkeys(r.get("model", "lenet") for r in records))
@@ -367,7 +374,7 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
         f"seed {cfg.get('seed')}, {cfg.get('threads')} threads per run"
         + (f", test accuracy on the first {cfg['eval_samples']} test images" if cfg.get("eval_samples")
            else "") + ".", "",
-        buf.getvalue().strip(), "",
+        render_markdown(table(rows, markdown=True)), "",
         *[f"- {line}" for line in definitions(rows, records)], "",
         *_section("## Utilisation and memory per device", utilisation.table(util_rows, markdown=True),
                   utilisation.definitions(util_rows)),
@@ -380,9 +387,7 @@ def _section(heading: str, t: Table | None, definitions: list[str]) -> list[str]
     """A report.md section: the heading, the table, its definitions ([] without a table)."""
     if t is None:
         return []
-    buf = io.StringIO()
-    Console(file=buf, width=400, color_system=None).print(t)
-    return [heading, "", buf.getvalue().strip(), "", *[f"- {line}" for line in definitions], ""]
+    return [heading, "", render_markdown(t), "", *[f"- {line}" for line in definitions], ""]
 
 
 def definitions(rows: list[dict], records: list[dict]) -> list[str]:
