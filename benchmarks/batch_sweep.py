@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 
-import io
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from rich.table import Table
 
 from common.facts import registry
 from common.core.modes import MODES
-from common.reports.runs import colour, machine_lines, save_figure, timing
+from common.reports.runs import colour, machine_lines, render_markdown, save_figure, timing
 from common.results.record import RecordError, load_records
 
 from .cli import (Parser, UsageError, fraction, int_list, names, non_negative, positive,
@@ -128,11 +127,9 @@ def write_sweep(out: Path, records: list[dict], target: float, command: str) -> 
             t.add_row(*(fmt(row.get(c)) for c in columns))
         return t
     Console(width=None if sys.stdout.isatty() else 140).print(render(False))
-    buf = io.StringIO()
-    Console(file=buf, width=300, color_system=None).print(render(True))
     (out / "sweep.md").write_text("\n".join([
         f"# Batch size against time to test accuracy {target:g}", "", f"Command: `{command}`", "",
-        *machine_lines(records), "", buf.getvalue().strip(), "",
+        *machine_lines(records), "", render_markdown(render(True)), "",
         "- lr grows linearly with the batch. sec/epoch: training only, warm-up excluded. "
         f"epochs/sec to {target:g}: to the end of the first epoch whose test accuracy reached it "
         "(evaluation excluded); '-' where it was not reached within the epochs given.", ""]))

@@ -19,7 +19,6 @@ bytes (a key's answers wait for every worker's push of it: benchmarks.kvstore). 
 own law is validated apart: each compute batch predicted from the others."""
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 
 import functools
-import io
 import json
 import multiprocessing as mp
 import os
@@ -43,7 +42,7 @@ from rich.table import Table
 from common import models
 from common.core import perf
 from common.launch.launcher import thread_env
-from common.reports.runs import all_devices, colour, machine_lines, save_figure, timing
+from common.reports.runs import all_devices, colour, machine_lines, render_markdown, save_figure, timing
 from common.results.record import RecordError, load_records
 
 from .cli import Parser, UsageError, int_list, positive
@@ -556,10 +555,7 @@ def _t2_table(rows: list[dict], markdown: bool) -> Table:
 
 
 def _markdown(table, checks, t1_checks, t2_checks, skipped, records, args, argv, factors) -> str:
-    def render(t):
-        buf = io.StringIO()
-        Console(file=buf, width=300, color_system=None).print(t)
-        return buf.getvalue().strip()
+    render = render_markdown
     link = (f"link: {args.link} ({LINKS[args.link].source})" if args.link else
             f"link: each framework's all-reduce measured in {args.allreduce}, a ring step's "
             "latency and bandwidth fitted to it"

@@ -10,7 +10,6 @@ For other programs and over time: --format csv|json (one row per run),
 FILE.jsonl, the gate against the history instead of a second folder."""
 from __future__ import annotations
 
-import io
 import sys
 import time
 from pathlib import Path
@@ -174,10 +173,8 @@ def _console() -> Console:
 
 def _compare_two(before: Path, after: Path, args) -> int:
     rows = report.compare_folders(load_records(before), load_records(after), args.noise)
-    buf = io.StringIO()
-    Console(file=buf, width=300, color_system=None).print(report.comparison_table(rows, True))
     (after / "comparison.md").write_text(
-        f"# {after} against {before}\n\n" + buf.getvalue() + "\n"
+        f"# {after} against {before}\n\n" + report.render_markdown(report.comparison_table(rows, True)) + "\n\n"
         + "".join(line + "\n\n" for line in report.comparison_notes(rows, args.noise)))
     return _verdicts(rows, args, _console())
 

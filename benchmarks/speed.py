@@ -12,7 +12,6 @@ here: the times are the records'."""
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from rich.table import Table
 from common import models
 from common.experiments.gemm import GEMM_SIZE, gemm_rate
 from common.facts.registry import EXECUTIONS
-from common.reports.runs import machine_lines, timing
+from common.reports.runs import machine_lines, render_markdown, timing
 from common.results.record import RecordError, load_records
 
 from .cli import Parser, UsageError, positive
@@ -110,11 +109,9 @@ def main(argv=None) -> int:
                   + ", ".join(f"{m} {s:.2f} s/epoch ({models.get(m).TRAIN_FLOPS_PER_IMAGE / 1e6:.1f} "
                               "MFLOP per training image)" for m, s in floor_sec.items()) + ".")
     console.print(floor_line, highlight=False)
-    buf = io.StringIO()
-    Console(file=buf, width=300, color_system=None).print(speed_table(data, markdown=True))
     (folder / "speed.md").write_text("\n".join([
         "# Speed against the hardware", "", *machine_lines(records), "", floor_line, "",
-        buf.getvalue().strip(), "",
+        render_markdown(speed_table(data, markdown=True)), "",
         "- Each execution's column: the row's sec/epoch (compare's median over repeats, "
         "warm-up and compilation excluded); '-' where the framework lacks it or it did not run.",
         "- best/eager: the best execution over eager (below 1: compiling pays). scratch/native: "
