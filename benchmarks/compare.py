@@ -170,11 +170,7 @@ def build_parser() -> Parser:
                         "all-reduce, pipeline stages) as a Chrome trace beside its record, "
                         "for Perfetto or chrome://tracing; the device is then synchronised "
                         "after every step, which perturbs the times")
-    p.add_argument("--settings", default="none",
-                   help="none (each framework's defaults), best (the settings benchmarks.settings "
-                        "kept on this machine kind: docs/results/settings/), or "
-                        "FRAMEWORK:NAME+NAME,... (common/facts/settings.py); a tuned row is "
-                        "labelled so everywhere")
+    p.add_argument("--settings", default="none", help=tuned.OPTION_HELP)
     p.add_argument("--repeat", type=positive, default=1,
                    help="runs of every configuration, each in a fresh process, interleaved "
                         "across frameworks; the table shows their median and spread")

@@ -26,6 +26,7 @@ from common.reports import profile as report
 from common.results.record import write_atomic
 
 from .cli import UsageError, command_parser, names, positive, recorded_command, run_command
+from . import settings as tuned
 from .runner import Interrupts, run_config
 
 TIMEOUT = 1800.0                   # one row's worker (ResNet-18's Paddle: minutes)
@@ -44,6 +45,7 @@ def build_parser():
     p.add_argument("--threads", type=positive, default=os.cpu_count() or 1)
     p.add_argument("--dataset", default="synthetic",
                    help="synthetic (op time does not depend on the pixels) or fashion-mnist")
+    p.add_argument("--settings", default="none", help=tuned.OPTION_HELP)
     p.add_argument("--out", default=None, help="results folder (default: results/profile-<time>)")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="rebuild DIR/profile.md and its plots from DIR's records; runs nothing")
@@ -58,6 +60,7 @@ def plan(args) -> list[dict]:
     runs = []
     for model in names(args.model, models.NAMES, "model"):
         own = models.get(model).COMMANDS["profile"]
+        chosen = tuned.resolve(args.settings, frameworks, modes, model)
         for f in frameworks:
             for m in modes:
                 if (f, m) in registry.KNOWN_GAPS:
@@ -65,7 +68,9 @@ def plan(args) -> list[dict]:
                 runs.append({"framework": f, "mode": m, "devices": 1, "model": model,
                              "dataset": args.dataset, "batch_size": args.batch_size or own["batch"],
                              "threads": args.threads,
-                             "profile_steps": args.steps or own["steps"]})
+                             "profile_steps": args.steps or own["steps"],
+                             **tuned.applied(f, m, None, chosen.get(f"{f}/{model}/{m}")
+                                             or chosen.get(f) or [])})
     return runs
 
 
@@ -86,7 +91,8 @@ def limits(out: Path, threads: int) -> dict:
 
 
 def record_name(cfg: dict) -> str:
-    return f"{cfg['model']}-{cfg['framework']}-{cfg['mode']}.json"
+    tuned_ = "".join(f"+{s}" for s in cfg.get("settings") or ())
+    return f"{cfg['model']}-{cfg['framework']}-{cfg['mode']}{tuned_}.json"
 
 
 def measure(args, runs: list[dict], out: Path) -> int:
@@ -113,9 +119,10 @@ def measure(args, runs: list[dict], out: Path) -> int:
 
 
 def write_page(out: Path) -> int:
-    records = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))
-               if p.name not in (LIMITS_FILE, gemm.PEAK_FILE, gemm.BANDWIDTH_FILE,
-                                 gemm.GPU_PEAK_FILE, gemm.GPU_BANDWIDTH_FILE)]
+    # a folder's subfolders count too: one run each (a framework at two versions)
+    records = report.labelled([json.loads(p.read_text()) for p in sorted(out.rglob("*.json"))
+                               if p.name not in (LIMITS_FILE, gemm.PEAK_FILE, gemm.BANDWIDTH_FILE,
+                                                 gemm.GPU_PEAK_FILE, gemm.GPU_BANDWIDTH_FILE)])
     if not records:
         print(f"profile: error: no records in {out}", file=sys.stderr)
         return 2

@@ -79,6 +79,11 @@ def asked(text: str, frameworks: list[str]) -> dict[str, list[str]] | None:
     return out
 
 
+OPTION_HELP = ("none (each framework's defaults), best (the settings benchmarks.settings kept on "
+               "this machine kind: docs/results/settings/), or FRAMEWORK:NAME+NAME,... "
+               "(common/facts/settings.py); a tuned row is labelled so everywhere")
+
+
 def resolve(text: str, frameworks: list[str], modes: list[str], model: str) -> dict:
     """compare --settings as Plan.settings ({"FRAMEWORK" or "FRAMEWORK/MODEL/MODE":
     names}); a setting unknown, or one this machine cannot apply, is bad input."""

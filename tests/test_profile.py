@@ -370,9 +370,32 @@ def test_a_layer_left_out_fails_the_flops_check():
     (["--steps", "0"], "must be at least 1"),
     (["--dataset", "cifar"], "unknown --dataset 'cifar'"),
     (["--report", "/nonexistent/dir"], "is not a folder"),
+    (["--framework", "jax", "--settings", "jax:nope"], "jax has no setting 'nope'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, says):
     assert says in usage_error(["-m", "benchmarks.profile", *args])
+
+
+def test_a_tuned_row_is_named_by_its_settings_in_its_file_and_on_the_page():
+    """profile --settings: the rows run with the settings (and the execution a setting
+    names), their record files and page labels carry them, so a tuned and a default row
+    of one framework sit side by side; a framework at two versions is told apart by them
+    (planted: a label without settings or versions fails the versions page's check)."""
+    from benchmarks import profile
+    from common.reports import profile as page
+    args = profile.build_parser().parse_args(
+        ["--framework", "jax,pytorch", "--model", "lenet", "--settings", "jax:ynn-fusion-off"])
+    runs = profile.plan(args)
+    jax = [r for r in runs if r["framework"] == "jax"]
+    assert jax and all(r["settings"] == ["ynn-fusion-off"] for r in jax)
+    assert all(r["settings"] == [] for r in runs if r["framework"] == "pytorch")
+    assert {profile.record_name(r) for r in jax} == {"lenet-jax-native+ynn-fusion-off.json",
+                                                      "lenet-jax-scratch+ynn-fusion-off.json"}
+    rows = [{"framework": "jax", "mode": "native", "framework_version": v, "settings": s}
+            for v, s in (("0.10.2", []), ("0.10.2", ["ynn-fusion-off"]), ("0.7.1", []))]
+    assert [page.label(r) for r in page.labelled(rows)] == [
+        "jax 0.10.2 native", "jax 0.10.2 native +ynn-fusion-off", "jax 0.7.1 native"]
+    assert page.label(rows[0]) == "jax native"        # one version: no version in the label
 
 
 def test_a_window_that_is_not_the_wall_clocks_is_untrusted():

@@ -40,21 +40,31 @@ def _missing(rows: list[str], page: str) -> list[str]:
     return [r for r in rows if r not in text]
 
 
-@pytest.mark.parametrize("page", ["h100-profile", "cpu-2core-profile"])
+# page -> the profile folders it shows (a folder's subfolders: one run each, e.g. one
+# framework at two versions)
+PROFILE_PAGES = {"h100-profile": ("h100-profile",), "cpu-2core-profile": ("cpu-2core-profile",),
+                 "cpu-2core-jax-versions-profile": ("cpu-2core-jax-versions-profile/1",
+                                                    "cpu-2core-jax-versions-profile/2")}
+
+
+@pytest.mark.parametrize("page", sorted(PROFILE_PAGES))
 def test_a_profile_page_is_its_records(tmp_path, capsys, page):
-    """A profile page: profile.md rebuilt from its records, every table row and every
-    gap line on the page."""
+    """A profile page: profile.md rebuilt from each of its folders' records, every table
+    row and every gap line on the page."""
     import shutil
 
     from benchmarks import profile
-    shutil.copytree(RESULTS / page, tmp_path / "p")
-    (tmp_path / "p" / "profile.md").unlink()
-    assert profile.write_page(tmp_path / "p") == 0
-    capsys.readouterr()
-    rebuilt = (tmp_path / "p" / "profile.md").read_text()
-    gaps = [line for line in rebuilt.splitlines() if "per step against" in line or "the fastest row" in line]
-    missing = _missing(_rows(rebuilt) + gaps, f"{page}.md")
-    assert not missing, missing[:2]
+    for i, folder in enumerate(PROFILE_PAGES[page]):
+        copy = tmp_path / str(i)
+        shutil.copytree(RESULTS / folder, copy)
+        (copy / "profile.md").unlink(missing_ok=True)
+        assert profile.write_page(copy) == 0
+        capsys.readouterr()
+        rebuilt = (copy / "profile.md").read_text()
+        gaps = [line for line in rebuilt.splitlines()
+                if "per step against" in line or "the fastest row" in line]
+        missing = _missing(_rows(rebuilt) + gaps, f"{page}.md")
+        assert not missing, f"{folder}: {missing[:2]}"
 
 
 # page -> (its settings runs, the machine kind's settings file they make)

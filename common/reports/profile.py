@@ -16,7 +16,19 @@ GAP_CLASSES = 3          # a row's gap line names this many classes at most
 
 
 def label(r: dict) -> str:
-    return f"{r['framework']} {r['mode']}"
+    """'framework [version] mode [+setting...]': a tuned row is labelled so."""
+    return (r.get("_label") or f"{r['framework']} {r['mode']}") + "".join(
+        f" +{s}" for s in r.get("settings") or ())
+
+
+def labelled(records: list[dict]) -> list[dict]:
+    """The records, each named by its version too where the page holds one framework at
+    several versions (the same rows profiled under two releases)."""
+    versions: dict[str, set] = {}
+    for r in records:
+        versions.setdefault(r["framework"], set()).add(r.get("framework_version"))
+    return [{**r, "_label": f"{r['framework']} {r.get('framework_version')} {r['mode']}"}
+            if len(versions[r["framework"]]) > 1 else r for r in records]
 
 
 def ok(records: list[dict]) -> list[dict]:
@@ -163,6 +175,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 def markdown(records: list[dict], limits: dict, command: str, plots: dict[str, str]) -> str:
     """The whole page: per model, the class table, the gap lines, the roofline and the
     unmapped events; then what could not be profiled and how the times are attributed."""
+    records = labelled(records)
     lines = ["# Where each framework's training step goes, op by op", "",
              f"Command: `{command}`", "", *machine_lines(records),
              f"- Limits, measured: a float32 GEMM at {limits.get('gflops', 0):.1f} GFLOP/s "

@@ -31,9 +31,10 @@ BACKWARD = "transpose(jvp("
 # tasks on the pool's workers are events of its name (hlo.pool_tasks).
 RULES = (
     (r"^dlc-profile-step |^\$|^(PjitFunction|ParseArguments|PythonRefManager|ThunkExecutor|"
-     r"SlinkyThreadPool|ThreadpoolListener|CommonPjRt|AllocateOutputBuffers|Handle input|"
+     r"PjRtCpuExecutable|SlinkyThreadPool|ThreadpoolListener|CommonPjRt|AllocateOutputBuffers|Handle input|"
      r"Wait for (donation|usage) holds|shard_args)|^end: |^control flow", "container"),
     (r"^(DevicePut|H2D Dispatch)", "copies and layout"),     # the batch onto its device
+    (r"^Transpose", "copies and layout"),     # a host array's layout changed (jaxlib 0.7.1)
     (r"^convolution backward", "conv backward"),
     (r"^convolution", "conv forward"),
     # the bias, part of the convolution's op in other frameworks (and its gradient)
@@ -58,6 +59,9 @@ RULES = (
 def _options():
     opts = jax.profiler.ProfileOptions()
     opts.python_tracer_level = 0      # no Python frames: they are no ops, and cost time
+    # XLA:CPU's thunk runtime before jaxlib 0.8 (0.7.1 measured) traces each instruction
+    # only at host level 3; 0.10.2 traces the same events at 2 and 3
+    opts.host_tracer_level = 3
     return opts
 
 
