@@ -85,15 +85,49 @@ def test_a_runs_settings_environment_reaches_its_worker_from_the_start(monkeypat
     assert "XLA_FLAGS" not in seen or "ynn" not in seen["XLA_FLAGS"]
 
 
-def test_pytorchs_in_process_switches_take_effect():
-    code = ("from common.facts import registry\nimport torch\n"
-            "b = registry.get('pytorch')\nb.apply_setting('tf32'); b.apply_setting('cudnn-benchmark')\n"
-            "print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark)\n"
-            "from common.core.contract import NotApplicable\n"
-            "try:\n    b.apply_setting('channels-last')\nexcept NotApplicable as e:\n    print(e)\n")
-    proc = run_python(["-c", code], framework="pytorch")
+# Each in-process switch's effect, read back in its framework's process: (the import,
+# {setting: an expression true once it is applied}). Keras's switch is one method for its
+# three backends, probed on one of them.
+PROBES = {
+    "pytorch": ("import torch", {
+        "tf32": "torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32",
+        "cudnn-benchmark": "torch.backends.cudnn.benchmark",
+        "bf16-autocast": "torch.is_autocast_enabled('cpu') and torch.get_autocast_dtype('cpu') "
+                         "== torch.bfloat16 and not torch.is_autocast_cache_enabled()"}),
+    "tensorflow": ("import tensorflow as tf", {
+        "onednn-bf16": "bool(tf.config.optimizer.get_experimental_options()"
+                       ".get('auto_mixed_precision_onednn_bfloat16'))"}),
+    "keras-torch": ("import keras", {
+        "mixed-bf16": "keras.config.dtype_policy().name == 'mixed_bfloat16'"}),
+}
+SAME_CODE = {"keras-tensorflow": "keras-torch", "keras-jax": "keras-torch"}
+
+
+def test_every_in_process_switch_has_a_probe():
+    hooks = {(f, s.name) for f, table in settings.SETTINGS.items() for s in table if s.hook}
+    assert hooks and all(name in PROBES[SAME_CODE.get(f, f)][1] for f, name in hooks), hooks
+
+
+@pytest.mark.parametrize("framework", sorted(PROBES))
+def test_in_process_switches_take_effect(framework):
+    """Each switch's probe is false before it is applied and true after (planted: a
+    switch that does nothing, or bf16-autocast's cache left on, fails it); a name the
+    framework has no switch for is NotApplicable."""
+    if framework not in registry.installed():
+        pytest.skip(f"{framework} is not installed")
+    imports, probes = PROBES[framework]
+    code = "\n".join([
+        # the framework first: Keras's facts set its backend before Keras loads
+        f"from common.facts import registry\nb = registry.get({framework!r})\n{imports}",
+        *(f"print({name!r}, bool({probe}), end=' ')\nb.apply_setting({name!r})\n"
+          f"print(bool({probe}))" for name, probe in probes.items()),
+        "from common.core.contract import NotApplicable",
+        "try:\n    b.apply_setting('channels-last')\nexcept NotApplicable as e:\n    print(e)"])
+    proc = run_python(["-c", code], framework=framework)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.splitlines() == ["True True", "pytorch has no in-process switch 'channels-last'"]
+    assert proc.stdout.splitlines()[-len(probes) - 1:] == [
+        *(f"{name} False True" for name in probes),
+        f"{registry.facts(framework).name} has no in-process switch 'channels-last'"]
 
 
 # --- benchmarks.settings' decisions ---

@@ -76,6 +76,13 @@ _XLA_FLAGS = "https://docs.jax.dev/en/latest/xla_flags.html"
 _YNN_OFF = Setting("ynn-fusion-off", "XLA's CPU YNNPACK fusions off (XLA_FLAGS)", _XLA_FLAGS,
                    "compile", ("cpu",), {"XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type="})
 _OMP_AFFINITY = {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
+# bfloat16 on a CPU pays where the CPU has bfloat16 instructions (AVX-512 BF16, AMX);
+# elsewhere the kernels convert in software
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+_KERAS_BF16 = Setting("mixed-bf16", "Keras's mixed_bfloat16 dtype policy: layers compute in "
+                      "bfloat16, weights stay float32", "https://keras.io/api/mixed_precision/",
+                      "precision", ("cpu",), hook=True, needs_flags=BF16_FLAGS,
+                      precision="bfloat16")
 
 SETTINGS: dict[str, tuple[Setting, ...]] = {
     "pytorch": (
@@ -88,6 +95,10 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
                 ("cpu",), {"LD_PRELOAD": JEMALLOC}, needs_file=JEMALLOC),
         Setting("tcmalloc", "tcmalloc as the allocator (LD_PRELOAD)", _TORCH_TUNING, "allocator",
                 ("cpu",), {"LD_PRELOAD": TCMALLOC}, needs_file=TCMALLOC),
+        Setting("bf16-autocast", "torch.autocast to bfloat16 on the CPU: convolutions and "
+                "matrix products in bfloat16, weights and losses in float32",
+                "https://pytorch.org/docs/stable/amp.html#cpu-op-specific-behavior", "precision",
+                ("cpu",), hook=True, needs_flags=BF16_FLAGS, precision="bfloat16"),
         Setting("cudnn-benchmark", "cuDNN's auto-tuner picks each convolution's algorithm "
                 "(torch.backends.cudnn.benchmark)", _TORCH_TUNING, "library", ("gpu",), hook=True),
         Setting("tf32", "TF32 tensor cores for float32 matrix products "
@@ -99,6 +110,11 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
     "tensorflow": (
         Setting("xla", "XLA: the step compiled with jit_compile=True",
                 "https://www.tensorflow.org/xla", "compile", execution="compiled"),
+        Setting("onednn-bf16", "Grappler's oneDNN auto mixed precision: a graph's ops in "
+                "bfloat16 where safe (auto_mixed_precision_onednn_bfloat16)",
+                "https://www.tensorflow.org/api_docs/python/tf/config/optimizer/"
+                "set_experimental_options", "precision", ("cpu",), hook=True,
+                needs_flags=BF16_FLAGS, precision="bfloat16"),
     ),
     "mxnet": (
         Setting("hybridize", "hybridize(static_alloc, static_shape) for every mode",
@@ -128,12 +144,14 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
         Setting("xla", "Model.compile(jit_compile=True): train_step compiled by XLA",
                 "https://keras.io/api/models/model_training_apis/", "compile",
                 execution="compiled"),
+        _KERAS_BF16,
     ),
-    "keras-jax": (_YNN_OFF,),
+    "keras-jax": (_YNN_OFF, _KERAS_BF16),
     "keras-torch": (
         Setting("compiled", "Model.compile(jit_compile=True): train_step in torch.compile",
                 "https://keras.io/api/models/model_training_apis/", "compile",
                 execution="compiled"),
+        _KERAS_BF16,
     ),
 }
 

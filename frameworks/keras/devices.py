@@ -20,3 +20,11 @@ else:
 class Devices(BackendDevices):
     def version(self):
         return keras.__version__
+
+    def apply_setting(self, name):
+        # Keras's own mixed precision on any backend: every layer built after this computes
+        # in bfloat16 and keeps float32 weights; its losses cast to float32
+        if name == "mixed-bf16":
+            keras.config.set_dtype_policy("mixed_bfloat16")
+        else:
+            super().apply_setting(name)

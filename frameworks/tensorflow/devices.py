@@ -28,6 +28,15 @@ class Devices:
     def version(self):
         return tf.__version__
 
+    def apply_setting(self, name):
+        # Grappler rewrites the graphs tf.function builds (oneDNN's bfloat16 kernels where
+        # numerically safe, float32 kept for the rest): eager ops are left as they are
+        if name == "onednn-bf16":
+            tf.config.optimizer.set_experimental_options(
+                {"auto_mixed_precision_onednn_bfloat16": True})
+        else:
+            super().apply_setting(name)
+
     def num_gpus(self):
         return len(tf.config.list_physical_devices("GPU"))
 
