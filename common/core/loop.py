@@ -55,6 +55,25 @@ class StepClock:
         self.last = time.perf_counter()       # the progress line is no step's time
 
 
+
+def warm_up(backend: Backend, trainer: Trainer, ds: data_mod.Dataset, batches, initial: tuple,
+            spans: list | None = None, execution: str | None = None) -> list[float]:
+    """The warm-up every timed run shares (compare's epochs, the profile's windows): one
+    step per batch, each timed with the device synchronised (the first traces or
+    compiles, where the execution does); then every replica goes back to the initial
+    (params, state), so the run is unchanged. Returns each step's seconds."""
+    secs = []
+    for i in range(len(batches)):
+        t_step = time.perf_counter()
+        trainer.losses(trainer.train_epoch(ds.X_train, ds.y_train, batches[i:i + 1], lambda: None))
+        backend.synchronize()
+        end = time.perf_counter()
+        secs.append(end - t_step)
+        if spans is not None:
+            spans.append(_span(f"warm-up step {i}", "warmup", t_step, end, execution=execution))
+    trainer.load_params(*initial)
+    return secs
+
 def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Dataset,
           on_step: Callable[[], None] = lambda: None, evaluate: bool = True,
           on_estimate: Callable[[float], None] = lambda s: None,
@@ -79,18 +98,10 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     # then every replica goes back to the initial weights so the run is unchanged.
     # Its last step, timed alone, gives the estimate a user sees before a long run.
     warmup = orders[0][: cfg.warmup_steps]
-    step_secs = []
     spans = [] if cfg.trace else None
     backend.synchronize()
     t0 = time.perf_counter()
-    for i in range(len(warmup)):
-        t_step = time.perf_counter()
-        trainer.losses(trainer.train_epoch(ds.X_train, ds.y_train, warmup[i:i + 1], lambda: None))
-        backend.synchronize()
-        end = time.perf_counter()
-        step_secs.append(end - t_step)
-        if spans is not None:        # the first one traces or compiles, where the execution does
-            spans.append(_span(f"warm-up step {i}", "warmup", t_step, end, execution=cfg.execution))
+    step_secs = warm_up(backend, trainer, ds, warmup, (params0, state0), spans, cfg.execution)
     out["warmup_sec"] = time.perf_counter() - t0
     if len(warmup):
         out["estimated_sec_per_epoch"] = step_secs[-1] * len(orders[0])
@@ -99,7 +110,6 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     # time (a compiled execution compiles in its first step; an eager one's first
     # step only warms allocators and caches)
     out["compile_sec"] = max(0.0, step_secs[0] - step_secs[-1]) if len(step_secs) > 1 else None
-    trainer.load_params(params0, state0)
 
     done = 0
     clock = StepClock(backend, spans, on_step) if spans is not None else None

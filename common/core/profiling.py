@@ -10,6 +10,7 @@ import tempfile
 import time
 
 from common import models
+from common.core import loop
 from common.core.contract import Backend, Trainer
 from common.core.plan import RunConfig
 from common.facts import data as data_mod
@@ -23,9 +24,8 @@ def profile(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Dat
                          f"and 2 x {steps} profiled steps")
     model = models.get(cfg.model)
     noop = lambda: None       # noqa: E731
-    for i in range(warm):
-        trainer.losses(trainer.train_epoch(ds.X_train, ds.y_train, order[i:i + 1], noop))
-    trainer.load_params(model.init_params(cfg.seed, cfg.init), model.init_state())
+    loop.warm_up(backend, trainer, ds, order[:warm],
+                 (model.init_params(cfg.seed, cfg.init), model.init_state()))
     plain = order[warm:warm + steps]
     profiled = order[warm + steps:warm + 2 * steps]
 
