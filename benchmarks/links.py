@@ -200,7 +200,7 @@ def resolve(args) -> None:
 
 
 def measure(args, _, out: Path) -> int:
-    from .links_report import write_page
+    from common.reports.links import write_page
     (out / "command.txt").write_text(" ".join(["python -m benchmarks.links",
                                                *(args.argv or [])]))
     code = run(args, out)
@@ -215,7 +215,7 @@ def merge(into: Path, new: Path) -> list[Path]:
         raise UsageError(f"--merge {new} is not a links results folder (no command.txt)")
     files = [f for f in sorted(new.rglob("*.json"))      # records, probes, comparisons
              if f.relative_to(new).parts[0] in (*models.NAMES, "ps")]
-    from .links_report import load
+    from common.reports.links import load
     ours, theirs = load(into)["models"], load(new)["models"]
     for model in set(ours) & set(theirs):
         if None not in (ours[model]["batch"], theirs[model]["batch"]) and \
@@ -250,7 +250,7 @@ def main(argv=None) -> int:
         except UsageError as e:
             print(f"links: error: {e}", file=sys.stderr)
             return 2
-        from .links_report import write_page
+        from common.reports.links import write_page
         return write_page(Path(args.report), args.fit_rate)
 
     def checked(args):

@@ -31,7 +31,6 @@ import multiprocessing as mp
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,50 +39,17 @@ from rich.console import Console
 from rich.table import Table
 
 from common import models
-from common.core import perf
+from common.core.perf import (BACKWARD_SHARE, LINKS, RULE, Compute, Link, PowerLaw,  # noqa: F401
+                               allreduce_sec, predict, rule_batch_on_link)
 from common.launch.launcher import thread_env
-from common.reports.runs import all_devices, colour, machine_lines, render_markdown, save_figure, timing
+from common.reports.runs import (all_devices, colour, machine_lines, render_markdown, save_figure,
+                                 step_sec, timing)
 from common.results.record import RecordError, load_records
 
 from .cli import Parser, UsageError, int_list, positive
 
 DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
-BACKWARD_SHARE = 2 / 3          # of a training step: the backward pass costs about twice the forward
-RULE = perf.RULE
-
-
-@dataclass(frozen=True)
-class Link:
-    name: str
-    bandwidth: float            # bytes/s each way per device, as a ring all-reduce uses it
-    latency: float              # seconds per ring step
-    source: str
-
-
-# Nominal figures from the vendors' specifications, derated where measured all-reduce
-# bus bandwidth is known to fall short of the link rate (NCCL's own tests reach about
-# 80-90 % of it on large messages); latency per ring step is the order of a small
-# message's one-way time. Predictions from them are estimates; a measured
-# --allreduce DIR replaces them with this machine's figures.
-LINKS = {link.name: link for link in (
-    Link("nvlink-h100", 0.8 * 450e9, 5e-6,
-         "NVLink 4 on H100 SXM: 900 GB/s per GPU both ways (NVIDIA H100 datasheet), 450 each "
-         "way, x0.8"),
-    Link("pcie4-x16", 0.8 * 31.5e9, 10e-6,
-         "PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 = 31.5 GB/s each way (PCI-SIG), x0.8"),
-    Link("25gbe", 0.9 * 25e9 / 8, 25e-6,
-         "25 Gb Ethernet: 3.125 GB/s each way (IEEE 802.3by), x0.9 for TCP/IP, 25 us per hop"),
-    Link("ib-100g", 0.9 * 100e9 / 8, 3e-6,
-         "100 Gb/s InfiniBand EDR: 12.5 GB/s each way (InfiniBand Trade Association), x0.9"),
-)}
-
-
 param_bytes = models.param_bytes
-
-
-def allreduce_sec(nbytes: float, k: int, link: Link) -> float:
-    """A ring all-reduce of nbytes over k devices on `link` (common/core/perf.py)."""
-    return perf.ring_sec(nbytes, k, link.latency, link.bandwidth)
 
 
 # the all-reduce a mode runs: the chapter's by hand in scratch mode, the framework's own
@@ -128,50 +94,6 @@ def fit_link(devices_dir: Path, framework: str, variant: str = "native",
 def _size(n: float) -> str:
     return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n / 2**10:g} KiB"
 
-
-@dataclass
-class Compute:
-    """One device's step time as a + c x per-device batch, from measured points."""
-    points: list[tuple[int, float]]
-
-    def coefficients(self) -> tuple[float, float]:
-        b = np.array([p[0] for p in self.points], float)
-        t = np.array([p[1] for p in self.points], float)
-        if len(set(b)) < 2:              # one batch size: proportional, no fixed cost known
-            return 0.0, float(np.mean(t / b))
-        c, a = np.polyfit(b, t, 1)
-        if a < 0:       # no negative fixed cost: the best line through the origin instead
-            return 0.0, float((b @ t) / (b @ b))
-        return a, max(c, 0.0)
-
-    def __call__(self, batch: float) -> float:
-        a, c = self.coefficients()
-        return a + c * batch
-
-
-@dataclass
-class PowerLaw:
-    """One device's step time as k x batch^alpha (least squares in log-log), from measured
-    points: a law that bends, for engines whose per-image cost moves with the batch."""
-    points: list[tuple[int, float]]
-
-    def coefficients(self) -> tuple[float, float]:
-        b = np.log([p[0] for p in self.points])
-        t = np.log([p[1] for p in self.points])
-        if len(set(b)) < 2:              # one batch size: proportional
-            return float(np.exp(np.mean(t - b))), 1.0
-        alpha, log_k = np.polyfit(b, t, 1)
-        return float(np.exp(log_k)), float(alpha)
-
-    def __call__(self, batch: float) -> float:
-        k, alpha = self.coefficients()
-        return k * batch ** alpha
-
-
-def step_sec(record: dict) -> float | None:
-    sec = timing(record)["sec"]
-    steps = (record.get("steps_per_epoch") or [None])[0]
-    return sec / steps if sec and steps else None
 
 
 def _kernel(core: int, seconds: float, rates) -> None:
@@ -227,25 +149,6 @@ def shares_machine(record: dict) -> bool:
     if record.get("device_kind") == "gpu":
         return False
     return (record.get("nodes") or 1) == 1 or record.get("launcher") in ("local", "netns")
-
-
-def predict(compute: Compute, nbytes: int, batch: int, k: int, link: Link, overlap: float,
-            turns: Compute | None = None, contention: float = 1.0, per_process: int | None = None
-            ) -> dict:
-    """One step on k devices. `turns`: the devices of a process (per_process of them, k
-    by default) share their cores and threads (one device's step at that thread count),
-    so compute is per_process of its steps; else each computes its shard at once on its
-    own, `contention` times slower than alone."""
-    t1 = ((per_process or k) * turns(batch / k) if turns
-          else contention * compute(batch / k))
-    t2 = allreduce_sec(nbytes, k, link)
-    hidden = min(t2, overlap * BACKWARD_SHARE * t1)
-    return {"k": k, "t1": t1, "t2": t2, "step": t1 + t2 - hidden}
-
-
-def rule_batch(compute: Compute, nbytes: int, k: int, link: Link) -> int | None:
-    """The smallest per-device batch (a power of two up to 65536) at which t1 >= RULE x t2."""
-    return perf.rule_batch(compute, allreduce_sec(nbytes, k, link))
 
 
 def _row_key(r: dict) -> tuple:
@@ -381,7 +284,7 @@ def main(argv=None) -> int:
             table.append({"model": model, "framework": framework, "mode": mode,
                           "execution": execution, "link": link.name, "batch": batch, **pr,
                           "speed-up": base / pr["step"], "efficiency": base / pr["step"] / k,
-                          "rule batch": rule_batch(compute, nbytes, k, link) if k > 1 else None})
+                          "rule batch": rule_batch_on_link(compute, nbytes, k, link) if k > 1 else None})
     checks, t1_checks = [], []
     for r in ok:
         k = all_devices(r)

@@ -8,7 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import kvstore, links, links_report, predict
+from benchmarks import links, predict
+from common.core import perf
+from common.reports import links as links_page
 from common import models
 from common.launch import netns
 from tests.conftest import ROOT, covered, run_python, subprocess_env
@@ -34,19 +36,19 @@ def test_bad_options_exit_2_with_one_line(argv, says, tmp_path):
 
 
 def test_the_formulas():
-    assert links_report.ring_bytes(P, 2) == P
-    assert links_report.ring_bytes(P, 4) == 1.5 * P
-    assert links_report.busiest_bytes("lenet", 4, "one") == 3 * P    # node 0 answers 3 pulls
-    assert links_report.busiest_bytes("lenet", 4, None) == 1.5 * P
-    assert links_report.exchange_bytes("lenet", 4, None) == 1.5 * P   # a ring never waits
+    assert links_page.ring_bytes(P, 2) == P
+    assert links_page.ring_bytes(P, 4) == 1.5 * P
+    assert links_page.busiest_bytes("lenet", 4, "one") == 3 * P    # node 0 answers 3 pulls
+    assert links_page.busiest_bytes("lenet", 4, None) == 1.5 * P
+    assert links_page.exchange_bytes("lenet", 4, None) == 1.5 * P   # a ring never waits
 
 
 def test_the_probe_is_the_slowest_rank_and_the_median_repeat():
     probe = {"ranks": [{"times": [1.0, 5.0, 2.0], "tx_bytes": [9, 10, 11]},
                        {"times": [3.0, 1.0, 1.0], "tx_bytes": [1, 1, 1]}]}
-    assert links_report.probe_sec(probe) == 3.0           # max per repeat: 3, 5, 2
-    assert links_report.probe_sent(probe) == 10
-    assert links_report.probe_sec({"error": "x"}) is None
+    assert links_page.probe_sec(probe) == 3.0           # max per repeat: 3, 5, 2
+    assert links_page.probe_sent(probe) == 10
+    assert links_page.probe_sec({"error": "x"}) is None
 
 
 @pytest.mark.skipif(netns.unavailable() is not None, reason=netns.unavailable() or "")
@@ -59,9 +61,9 @@ def test_the_probe_all_reduces_across_the_link(tmp_path):
     links.probe(tmp_path / "resnet18" / "p.json", 2, netns.UNSHAPED, nbytes)
     got = json.loads((tmp_path / "resnet18" / "p.json").read_text())
     assert "error" not in got, got.get("error")
-    sent = links_report.probe_sent(got)
-    assert links_report.ring_bytes(nbytes, 2) <= sent < 1.2 * links_report.ring_bytes(nbytes, 2)
-    assert links_report.probe_sec(got) > 0
+    sent = links_page.probe_sent(got)
+    assert links_page.ring_bytes(nbytes, 2) <= sent < 1.2 * links_page.ring_bytes(nbytes, 2)
+    assert links_page.probe_sec(got) > 0
 
     planted = tmp_path / "planted.json"
     old = links.PROBE_IFNAME
@@ -110,8 +112,8 @@ def _folder(tmp_path, law_a=0.01, law_c=0.0005, eff=0.9, overhead=0.03):
 
 def test_the_predictor_recovers_a_known_law_out_of_sample(tmp_path):
     _folder(tmp_path)
-    data = links_report.load(tmp_path)
-    preds = links_report.predictions(data, "100mbit")
+    data = links_page.load(tmp_path)
+    preds = links_page.predictions(data, "100mbit")
     rates = sorted(p["row"].rate for p in preds)
     assert rates == ["10mbit", "1gbit"]            # the fit rate's row is not validated
     for p in preds:
@@ -125,14 +127,14 @@ def test_a_wrong_law_shows_as_error(tmp_path):
     """Planted: the engine's communication at half the probe's efficiency, which the
     constant o fitted at 100mbit cannot absorb: the other rates' errors must show it."""
     _folder(tmp_path, eff=0.45)
-    preds = links_report.predictions(links_report.load(tmp_path), "100mbit")
+    preds = links_page.predictions(links_page.load(tmp_path), "100mbit")
     assert all(abs(p["err"]) > 0.05 for p in preds), preds
 
 
 def test_the_page_says_what_was_measured_and_calculated(tmp_path):
     _folder(tmp_path)
     (tmp_path / "command.txt").write_text("python -m benchmarks.links --out X")
-    assert links_report.write_page(tmp_path, "100mbit") == 0
+    assert links_page.write_page(tmp_path, "100mbit") == 0
     page = (tmp_path / "links.md").read_text()
     assert "python -m benchmarks.links --out X" in page
     assert "| pytorch | 10mbit |" in page and "Calculated:" in page
@@ -152,7 +154,7 @@ def test_the_committed_page_is_its_records(tmp_path):
     give (the page rebuilt from a copy of them): no figure edited by hand, none stale."""
     import shutil
     shutil.copytree(COMMITTED, tmp_path / "links")
-    assert links_report.write_page(tmp_path / "links", "100mbit") == 0
+    assert links_page.write_page(tmp_path / "links", "100mbit") == 0
     rebuilt = (tmp_path / "links" / "links.md").read_text().splitlines()
     page = PAGE.read_text().splitlines()
     rows = [line for line in rebuilt if line.startswith("| ")]
@@ -174,23 +176,23 @@ def _even_spread(model, n, placement):
     p = models.param_bytes(model)
     if placement == "one":
         return [(n - 1) * p] + [p] * (n - 1)
-    return [links_report.ring_bytes(p, n)] * n
+    return [links_page.ring_bytes(p, n)] * n
 
 
 def test_mxnets_keys_go_to_the_servers_counted_by_hand():
     """9973 = 1 mod 2, 3 and 4: key k goes to server k mod n. 3 servers: keys 0, 3, 6 /
     1, 4, 7 / 2, 5; 4 servers: 0, 4 / 1, 5 / 2, 6 / 3, 7 (x 4 bytes)."""
-    assert kvstore.key_sizes("lenet") == LENET_KEYS
-    assert kvstore.server_bytes(LENET_KEYS, 3) == [4 * 1510, 4 * 102430, 4 * 25128]
-    assert kvstore.server_bytes(LENET_KEYS, 4) == [4 * 102580, 4 * 148, 4 * 26280, 4 * 60]
+    assert perf.key_sizes("lenet") == LENET_KEYS
+    assert perf.server_bytes(LENET_KEYS, 3) == [4 * 1510, 4 * 102430, 4 * 25128]
+    assert perf.server_bytes(LENET_KEYS, 4) == [4 * 102580, 4 * 148, 4 * 26280, 4 * 60]
     # a node sends P - S_s in pushes and (n - 1) x S_s in answers: P + (n - 2) x S_s
-    assert max(kvstore.sent_bytes(LENET_KEYS, 3, "per-node")) == P + 4 * 102430
-    assert max(kvstore.sent_bytes(LENET_KEYS, 4, "per-node")) == P + 2 * 4 * 102580
-    assert kvstore.sent_bytes(LENET_KEYS, 3, "one") == [2 * P, P, P]
+    assert max(perf.sent_bytes(LENET_KEYS, 3, "per-node")) == P + 4 * 102430
+    assert max(perf.sent_bytes(LENET_KEYS, 4, "per-node")) == P + 2 * 4 * 102580
+    assert perf.sent_bytes(LENET_KEYS, 3, "one") == [2 * P, P, P]
     # from 10^6 elements a key is cut over every server, C's round() at each cut
-    assert kvstore.parts([2_500_001, 10], 3) == [(0, 0, 833334), (0, 1, 833333),
+    assert perf.parts([2_500_001, 10], 3) == [(0, 0, 833334), (0, 1, 833333),
                                                   (0, 2, 833334), (1, 1, 10)]
-    assert len(kvstore.parts([1_000_000], 2)) == 2 and len(kvstore.parts([999_999], 2)) == 1
+    assert len(perf.parts([1_000_000], 2)) == 2 and len(perf.parts([999_999], 2)) == 1
     # the planted even spread is not what MXNet does
     assert max(_even_spread("lenet", 4, "per-node")) < 0.6 * P + 2 * 4 * 102580
 
@@ -204,10 +206,10 @@ def test_the_calculated_bytes_are_what_the_links_carried():
     (largest first) within 10 % of the calculation from MXNet's keys (framing adds 1-7 %
     here); planted, the even spread misses the server per node's rows at 3 and 4 nodes
     (its busiest link carried 0.92 and 1.36 MB for the even 0.69 and 0.77)."""
-    rows = links_report.load(COMMITTED_PS)["ps"]
+    rows = links_page.load(COMMITTED_PS)["ps"]
     assert len(rows) >= 9
-    assert links_report.sent_misses(rows) == []
-    planted = links_report.sent_misses(rows, _even_spread)
+    assert links_page.sent_misses(rows) == []
+    planted = links_page.sent_misses(rows, _even_spread)
     assert sorted(m.split(":")[0] for m in planted) == [
         "mxnet per-node at 3 nodes", "mxnet per-node at 4 nodes"], planted
 
@@ -217,19 +219,19 @@ def test_the_exchange_waits_for_each_keys_pushes():
     the 400 while its server answers the 4 (sharing the link: the answer done at 12, the
     push at 404), then node 0 answers the 400: 804, where the busiest link carries 404.
     One server, 3 nodes, one key of 400: the pushes take 400, the two answers 800."""
-    assert kvstore.exchange_bytes([100, 1], 2, "per-node") == pytest.approx(804)
-    assert max(kvstore.sent_bytes([100, 1], 2, "per-node")) == 404
-    assert kvstore.exchange_bytes([100], 3, "one") == pytest.approx(1200)
+    assert perf.exchange_bytes([100, 1], 2, "per-node") == pytest.approx(804)
+    assert max(perf.sent_bytes([100, 1], 2, "per-node")) == 404
+    assert perf.exchange_bytes([100], 3, "one") == pytest.approx(1200)
     for model in models.NAMES:
         for n in (2, 3, 4):
             for placement in ("per-node", "one"):
-                assert (kvstore.exchange_bytes(kvstore.key_sizes(model), n, placement)
-                        >= links_report.busiest_bytes(model, n, placement) * (1 - 1e-9))
+                assert (perf.exchange_bytes(perf.key_sizes(model), n, placement)
+                        >= links_page.busiest_bytes(model, n, placement) * (1 - 1e-9))
 
 
 @pytest.mark.skipif("mxnet" not in covered(), reason="MXNet's environment is not built")
 def test_the_key_order_is_gluons():
-    """kvstore.key_sizes is the order in which gluon's Trainer numbers the networks'
+    """perf.key_sizes is the order in which gluon's Trainer numbers the networks'
     trained parameters (MXNet's keys); ResNet-18's common order is another, which the
     comparison tells apart."""
     code = ("import json, numpy as np; from frameworks.mxnet.native import GLUON_MODELS as G\n"
@@ -243,7 +245,7 @@ def test_the_key_order_is_gluons():
     assert done.returncode == 0, done.stderr[-2000:]
     gluon = json.loads(done.stdout.strip().splitlines()[-1])
     for model in models.NAMES:
-        assert kvstore.key_sizes(model) == gluon[model], model
+        assert perf.key_sizes(model) == gluon[model], model
     common = [int(np.prod(s)) for s in models.get("resnet18").PARAM_SHAPES]
     assert common != gluon["resnet18"] and sorted(common) == sorted(gluon["resnet18"])
 
@@ -261,16 +263,16 @@ def test_the_predictor_is_within_20_percent_where_the_link_matters(monkeypatch):
     def within(preds):
         return {(p["row"].model, p["row"].framework, p["row"].placement, p["row"].nodes,
                  p["row"].rate): round(100 * p["err"]) for p in preds if "why" not in p
-                and p["t2_share"] >= links_report.T2_SHARE
-                and abs(p["err"]) > links_report.WITHIN}
+                and p["t2_share"] >= links_page.T2_SHARE
+                and abs(p["err"]) > links_page.WITHIN}
 
-    data = links_report.load(COMMITTED_PS)
-    preds = links_report.predictions(data, "100mbit")
+    data = links_page.load(COMMITTED_PS)
+    preds = links_page.predictions(data, "100mbit")
     assert sum(p.get("t2_share", 0) >= 0.3 for p in preds) >= 10
     assert set(within(preds)) == KNOWN_MISSES, within(preds)
-    monkeypatch.setattr(links_report, "exchange_bytes",
+    monkeypatch.setattr(links_page, "exchange_bytes",
                         lambda model, n, placement: max(_even_spread(model, n, placement)))
-    planted = within(links_report.predictions(data, "100mbit"))
+    planted = within(links_page.predictions(data, "100mbit"))
     assert {k[2] for k in planted} == {"one", "per-node"} and min(planted.values()) <= -30, planted
 
 
@@ -282,13 +284,13 @@ def test_a_bending_law_is_recovered_out_of_sample():
     more), and so the page's table tells the laws apart."""
     law = {b: 2e-4 * b ** 1.3 for b in (32, 128, 512)}
     m = {"compute": {"jax": list(law.items())}}
-    held = links_report.compute_out_of_sample(m)["jax"]
+    held = links_page.compute_out_of_sample(m)["jax"]
     assert all(abs(held[b]["k b^alpha"]) < 1e-9 for b in law), held
     assert max(abs(held[b]["a + c b"]) for b in law) > 0.3, held
     assert predict.PowerLaw(list(law.items()))(1024) == pytest.approx(2e-4 * 1024 ** 1.3)
     # one engine run at a batch the others were not (compute runs merged for it alone)
     m["compute"]["tensorflow"] = [*law.items(), (64, 2e-4 * 64 ** 1.3)]
-    row = next(r for r in links_report.compute_table(m) if r.startswith("| jax"))
+    row = next(r for r in links_page.compute_table(m) if r.startswith("| jax"))
     assert row.split(" | ")[1] == "18.1, -, 110, 665" and row.split(" | ")[3] == "-", row
 
 
@@ -313,7 +315,7 @@ def test_merge_adds_a_folders_records_and_never_replaces_one(tmp_path, capsys):
     assert links.main(["--report", str(tmp_path / "a"), "--merge", str(new)]) == 0
     page = (tmp_path / "a" / "links.md").read_text()
     assert "`python -m benchmarks.links --out A`; `python -m benchmarks.links --runs" in page
-    preds = links_report.predictions(links_report.load(tmp_path / "a"), "100mbit")
+    preds = links_page.predictions(links_page.load(tmp_path / "a"), "100mbit")
     assert sorted(p["row"].rate for p in preds) == ["10mbit", "1gbit", "50mbit"]
     assert all(abs(p["err"]) < 1e-9 for p in preds)
     before = sorted(str(f) for f in (tmp_path / "a").rglob("*"))

@@ -33,7 +33,7 @@ def test_ring_allreduce_and_compute_fit():
     assert hidden["step"] == pytest.approx(pr["t1"] + max(0, pr["t2"] - 2 / 3 * pr["t1"]))
     # the chapter's rule: compute beats communication by 20 % from this per-device batch on
     slow = P.Link("slow", bandwidth=1e8, latency=1e-5, source="test")
-    b = P.rule_batch(compute, int(1e6), 4, slow)
+    b = P.rule_batch_on_link(compute, int(1e6), 4, slow)
     assert b == 2048 and compute(b) > 1.2 * P.allreduce_sec(1e6, 4, slow) >= compute(b // 2)
 
 

@@ -1,10 +1,41 @@
-"""The performance model's formulas, each written once: what a ring all-reduce sends and
-how long it takes, and the chapter's batch rule. benchmarks.predict and benchmarks.links'
-page predict with them; the emulated links' byte check (common/launch/netns.py) bounds
-what a run's links must carry with them. Calculations, not measurements."""
+"""The performance model, each formula written once: a ring all-reduce's bytes and time,
+MXNet's parameter server as arithmetic (which server holds which key, the bytes each
+node's link sends, how long the key-by-key exchange keeps the links busy), one device's
+compute as a law of the batch fitted to measured points, a step on k devices from them,
+and the chapter's batch rule. benchmarks.predict and benchmarks.links' page
+(common/reports/links.py) predict with them; the emulated links' byte check
+(common/launch/netns.py) bounds what a run's links must carry with them. Calculations,
+not measurements.
+
+MXNet's parameter server, from MXNet 1.9.1's source, no MXNet imported (the links page
+runs where MXNet is not installed):
+From MXNet 1.9.1's source:
+- gluon's Trainer numbers its parameters 0, 1, ... in the order the network registered
+  them (`_param2idx`) and, with update_on_kvstore=False (ours: the servers only sum),
+  calls `pushpull(i, grad, priority=-i)` for each: key 0 goes first;
+- src/kvstore/kvstore_dist.h `EncodeDefaultKey`: a key of fewer elements than
+  MXNET_KVSTORE_BIGARRAY_BOUND (10^6) goes whole to server (key x 9973) mod servers;
+  a larger one is cut into one part per server, part i holding
+  round(size / S x (i + 1)) - round(size / S x i) elements;
+- src/kvstore/kvstore_dist_server.h `ApplyUpdates`: in sync mode a server answers a
+  key's pushpull (the summed value, to every worker) only once every worker has pushed
+  that key.
+
+A node runs one worker and, with a server per node, one server (the servers' ranks
+fall on the nodes in an order ps-lite's scheduler picks; every node is alike, so only
+the set of loads matters). Its link sends what its worker pushes to the other nodes'
+servers and what its server answers the other nodes' workers; a push to its own
+server stays on the node.
+"""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Callable
+
+import numpy as np
+
+from common import models
 
 # the chapter: a step's computation should exceed its communication by about 20 %
 RULE = 1.2
@@ -31,3 +62,212 @@ def rule_batch(compute: Callable[[int], float], t2: float) -> int | None:
         if compute(b) >= RULE * t2:
             return b
     return None
+
+
+# --- compute, links and a step on k devices ---
+
+BACKWARD_SHARE = 2 / 3          # of a training step: the backward pass costs about twice the forward
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    bandwidth: float            # bytes/s each way per device, as a ring all-reduce uses it
+    latency: float              # seconds per ring step
+    source: str
+
+
+# Nominal figures from the vendors' specifications, derated where measured all-reduce
+# bus bandwidth is known to fall short of the link rate (NCCL's own tests reach about
+# 80-90 % of it on large messages); latency per ring step is the order of a small
+# message's one-way time. Predictions from them are estimates; a measured
+# --allreduce DIR replaces them with this machine's figures.
+LINKS = {link.name: link for link in (
+    Link("nvlink-h100", 0.8 * 450e9, 5e-6,
+         "NVLink 4 on H100 SXM: 900 GB/s per GPU both ways (NVIDIA H100 datasheet), 450 each "
+         "way, x0.8"),
+    Link("pcie4-x16", 0.8 * 31.5e9, 10e-6,
+         "PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 = 31.5 GB/s each way (PCI-SIG), x0.8"),
+    Link("25gbe", 0.9 * 25e9 / 8, 25e-6,
+         "25 Gb Ethernet: 3.125 GB/s each way (IEEE 802.3by), x0.9 for TCP/IP, 25 us per hop"),
+    Link("ib-100g", 0.9 * 100e9 / 8, 3e-6,
+         "100 Gb/s InfiniBand EDR: 12.5 GB/s each way (InfiniBand Trade Association), x0.9"),
+)}
+
+
+def allreduce_sec(nbytes: float, k: int, link: Link) -> float:
+    """A ring all-reduce of nbytes over k devices on `link` (common/core/perf.py)."""
+    return ring_sec(nbytes, k, link.latency, link.bandwidth)
+
+
+@dataclass
+class Compute:
+    """One device's step time as a + c x per-device batch, from measured points."""
+    points: list[tuple[int, float]]
+
+    def coefficients(self) -> tuple[float, float]:
+        b = np.array([p[0] for p in self.points], float)
+        t = np.array([p[1] for p in self.points], float)
+        if len(set(b)) < 2:              # one batch size: proportional, no fixed cost known
+            return 0.0, float(np.mean(t / b))
+        c, a = np.polyfit(b, t, 1)
+        if a < 0:       # no negative fixed cost: the best line through the origin instead
+            return 0.0, float((b @ t) / (b @ b))
+        return a, max(c, 0.0)
+
+    def __call__(self, batch: float) -> float:
+        a, c = self.coefficients()
+        return a + c * batch
+
+
+@dataclass
+class PowerLaw:
+    """One device's step time as k x batch^alpha (least squares in log-log), from measured
+    points: a law that bends, for engines whose per-image cost moves with the batch."""
+    points: list[tuple[int, float]]
+
+    def coefficients(self) -> tuple[float, float]:
+        b = np.log([p[0] for p in self.points])
+        t = np.log([p[1] for p in self.points])
+        if len(set(b)) < 2:              # one batch size: proportional
+            return float(np.exp(np.mean(t - b))), 1.0
+        alpha, log_k = np.polyfit(b, t, 1)
+        return float(np.exp(log_k)), float(alpha)
+
+    def __call__(self, batch: float) -> float:
+        k, alpha = self.coefficients()
+        return k * batch ** alpha
+
+
+def predict(compute: Compute, nbytes: int, batch: int, k: int, link: Link, overlap: float,
+            turns: Compute | None = None, contention: float = 1.0, per_process: int | None = None
+            ) -> dict:
+    """One step on k devices. `turns`: the devices of a process (per_process of them, k
+    by default) share their cores and threads (one device's step at that thread count),
+    so compute is per_process of its steps; else each computes its shard at once on its
+    own, `contention` times slower than alone."""
+    t1 = ((per_process or k) * turns(batch / k) if turns
+          else contention * compute(batch / k))
+    t2 = allreduce_sec(nbytes, k, link)
+    hidden = min(t2, overlap * BACKWARD_SHARE * t1)
+    return {"k": k, "t1": t1, "t2": t2, "step": t1 + t2 - hidden}
+
+
+def rule_batch_on_link(compute: Compute, nbytes: int, k: int, link: Link) -> int | None:
+    """The smallest per-device batch (a power of two up to 65536) at which t1 >= RULE x t2,
+    t2 a ring all-reduce of nbytes over k devices on `link`."""
+    return rule_batch(compute, allreduce_sec(nbytes, k, link))
+
+
+# --- MXNet's parameter server (dist_sync KVStore) ---
+
+BIGARRAY_BOUND = 1_000_000       # MXNET_KVSTORE_BIGARRAY_BOUND's default, in elements
+FLOAT32 = 4
+
+
+def key_sizes(model: str) -> list[int]:
+    """Elements of each KVStore key, in gluon's key order (the trained parameters as
+    frameworks/mxnet/native.py's networks register them)."""
+    m = models.get(model)
+    sizes = [int(np.prod(s)) for s in m.PARAM_SHAPES]
+    if not hasattr(m, "BLOCKS"):
+        return sizes                      # LeNet: registered in the common order
+    # ResNet-18: each Residual block registers conv1, conv2, its shortcut conv, then bn1
+    # and bn2 (the attributes' order in its __init__); the common order puts each bn
+    # after its conv
+    order = [*m.STEM["conv"].values(), m.STEM["bn"]["gamma"], m.STEM["bn"]["beta"]]
+    for b in m.BLOCKS:
+        for conv in (b["conv1"], b["conv2"], b["shortcut"]):
+            if conv:
+                order += [conv["weight"], conv["bias"]]
+        order += [b["bn1"]["gamma"], b["bn1"]["beta"], b["bn2"]["gamma"], b["bn2"]["beta"]]
+    order += [m.FC["weight"], m.FC["bias"]]
+    assert sorted(order) == list(range(len(sizes))), "every parameter once"
+    return [sizes[i] for i in order]
+
+
+def parts(sizes: list[int], servers: int) -> list[tuple[int, int, int]]:
+    """(key, server, elements) of every piece the workers push and pull, in key order:
+    EncodeDefaultKey's assignment."""
+    out = []
+    for key, n in enumerate(sizes):
+        if n < BIGARRAY_BOUND:
+            out.append((key, (key * 9973) % servers, n))
+            continue
+        for i in range(servers):
+            # C's round(): halves away from zero (Python's round() takes them to even)
+            cut = [math.floor(n / servers * j + 0.5) for j in (i, i + 1)]
+            out.append((key, i, cut[1] - cut[0]))
+    return out
+
+
+def server_bytes(sizes: list[int], servers: int) -> list[int]:
+    """The bytes each server holds (and each worker pushes to it, and pulls from it)."""
+    held = [0] * servers
+    for _, s, n in parts(sizes, servers):
+        held[s] += FLOAT32 * n
+    return held
+
+
+def _servers(nodes: int, placement: str) -> int:
+    return 1 if placement == "one" else nodes
+
+
+def sent_bytes(sizes: list[int], nodes: int, placement: str) -> list[int]:
+    """Each node's bytes sent a step, server s on node s: its worker pushes what the
+    other servers hold, its server answers the n - 1 other workers' pulls. With a server
+    per node: P + (n - 2) x S_s, S_s the bytes its server holds; one server (node 0):
+    (n - 1) x P on node 0, P on each other node."""
+    held = server_bytes(sizes, _servers(nodes, placement))
+    held += [0] * (nodes - len(held))
+    total = sum(held)
+    return [(total - s) + (nodes - 1) * s for s in held]
+
+
+def exchange_bytes(sizes: list[int], nodes: int, placement: str) -> float:
+    """How long a step's key-by-key pushpull keeps the links busy, in bytes of one link
+    (seconds x the link's bytes per second): every worker pushes its pieces in key order
+    at once; a server answers a piece to every other worker once all n pushes of it are
+    in; each node's link is shared equally by its connections that have bytes to send
+    (TCP flows through one shaped queue), each connection sending its messages in order.
+    Never less than the busiest link's bytes (sent_bytes), and more where a large key's
+    answers must wait for its pushes (LeNet's dense weight, 79 % of its bytes)."""
+    servers = _servers(nodes, placement)
+    pieces = parts(sizes, servers)
+    # a connection: (sending node, receiving node, 'push' or 'answer') -> queued messages
+    queues: dict[tuple, list[list]] = {}
+    pushed = {i: 0 for i in range(len(pieces))}         # piece -> pushes arrived
+
+    def answer(i: int) -> None:
+        _, s, n = pieces[i]
+        for w in range(nodes):
+            if w != s:
+                queues.setdefault((s, w, "answer"), []).append([FLOAT32 * n, i])
+
+    for w in range(nodes):
+        for i, (_, s, n) in enumerate(pieces):
+            if s == w:                                   # its own node's server: no link
+                pushed[i] += 1
+            else:
+                queues.setdefault((w, s, "push"), []).append([FLOAT32 * n, i])
+    for i in pushed:
+        if pushed[i] == nodes:
+            answer(i)
+    now = 0.0
+    while any(queues.values()):
+        active = [c for c, q in queues.items() if q]
+        share = {c: 1.0 / sum(1 for d in active if d[0] == c[0]) for c in active}
+        # the next message to finish at the current shares
+        dt = min(queues[c][0][0] / share[c] for c in active)
+        now += dt
+        done = []
+        for c in active:
+            queues[c][0][0] -= dt * share[c]
+            if queues[c][0][0] <= 1e-9 * max(1, FLOAT32 * max(sizes)):
+                done.append((c, queues[c].pop(0)[1]))
+        for c, i in done:
+            if c[2] == "push":
+                pushed[i] += 1
+                if pushed[i] == nodes:
+                    answer(i)
+    return now

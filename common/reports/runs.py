@@ -138,6 +138,13 @@ def timing(record: dict) -> dict:
 _UNKNOWN_MODE = SimpleNamespace(speedup_against=None, stage_figures=False, by_hand=False)
 
 
+def step_sec(record: dict) -> float | None:
+    """A record's time per training step: its sec/epoch over its first epoch's steps."""
+    sec = timing(record)["sec"]
+    steps = (record.get("steps_per_epoch") or [None])[0]
+    return sec / steps if sec and steps else None
+
+
 def mode_of(r: dict):
     """The mode object of a record: the report asks it, never tests a mode's name."""
     return modes.MODES.get(r["mode"], _UNKNOWN_MODE)

@@ -5,7 +5,7 @@ runs' per-device batch; t2, the probe's all-reduce of the gradients alone on the
 each engine's step on 2 nodes; the bytes each node's link sent per timed step. Computed
 from them, and labelled so: exposed communication (step - t1), hidden (t1 + t2 - step),
 the formulas' bytes (MXNet's parameter server: from its key-to-server assignment,
-benchmarks.kvstore), the per-device batch from which t1 >= 1.2 x t2 (t1 fitted as
+common/core/perf.py), the per-device batch from which t1 >= 1.2 x t2 (t1 fitted as
 a + c x b to the compute runs), and the predictor's steps.
 
 The predictor, validated out of sample: t1 fitted to the compute runs at every batch
@@ -15,7 +15,7 @@ there; each other rate's and node count's step predicted as t1 + o + the exchang
 bytes / (efficiency x rate) and set against the measured one, beside what a t2 = 0
 model (the step is t1) predicts. The exchange's bytes: a ring's per node; a parameter
 server's key-by-key pushpull, which keeps the links busy longer than its busiest link's
-bytes (a key's answers wait for every worker's push of it: benchmarks.kvstore). t1's
+bytes (a key's answers wait for every worker's push of it: common/core/perf.py). t1's
 own law is validated apart: each compute batch predicted from the others."""
 from __future__ import annotations
 
@@ -27,12 +27,11 @@ import numpy as np
 
 from common import models
 from common.core import perf
+from common.core.perf import RULE, Compute, PowerLaw
 from common.launch import netns
-from common.reports.runs import colour, machine_lines, save_figure
+from common.reports.runs import colour, machine_lines, save_figure, step_sec
 from common.results.record import RecordError, load_records
 
-from . import kvstore
-from .predict import RULE, Compute, PowerLaw, step_sec
 
 MB = 1e6
 WITHIN = 0.20            # the predictor's bound on the rows where t2 is a fair part of the step
@@ -44,10 +43,10 @@ ring_bytes = perf.ring_bytes
 
 def sent_bytes(model: str, n: int, placement: str | None) -> list[float]:
     """Each node's bytes sent a step: a ring's 2(n-1)/n x P on every node; MXNet's
-    parameter server's from its keys' servers (benchmarks.kvstore.sent_bytes)."""
+    parameter server's from its keys' servers (perf.sent_bytes)."""
     if placement is None:
         return [ring_bytes(models.param_bytes(model), n)] * n
-    return [float(b) for b in kvstore.sent_bytes(kvstore.key_sizes(model), n, placement)]
+    return [float(b) for b in perf.sent_bytes(perf.key_sizes(model), n, placement)]
 
 
 def busiest_bytes(model: str, n: int, placement: str | None) -> float:
@@ -58,10 +57,10 @@ def busiest_bytes(model: str, n: int, placement: str | None) -> float:
 def exchange_bytes(model: str, n: int, placement: str | None) -> float:
     """How long a step's gradient exchange keeps the links busy, in one link's bytes: a
     ring's busiest link (its bytes flow without waiting); a parameter server's key-by-key
-    pushpull (benchmarks.kvstore.exchange_bytes: a key's answers wait for its pushes)."""
+    pushpull (perf.exchange_bytes: a key's answers wait for its pushes)."""
     if placement is None:
         return ring_bytes(models.param_bytes(model), n)
-    return kvstore.exchange_bytes(kvstore.key_sizes(model), n, placement)
+    return perf.exchange_bytes(perf.key_sizes(model), n, placement)
 
 
 def _records(folder: Path) -> list[dict]:
@@ -467,7 +466,7 @@ def write_page(out: Path, fit_rate: str) -> int:
               "two nodes' contention for the machine); the formulas; "
               f"the batch for t1 >= {RULE} t2 from t1 fitted as a + c x b; a parameter "
               "server's bytes from MXNet's key-to-server assignment and its exchange key by "
-              "key (benchmarks/kvstore.py); every prediction.", ""]
+              "key (common/core/perf.py); every prediction.", ""]
     (out / "links.md").write_text("\n".join(lines))
     print(f"written: {out / 'links.md'}")
     return 0
