@@ -1,7 +1,7 @@
 """Compare the frameworks side by side: `python -m benchmarks.compare --framework all`.
 
 Each (framework, mode, device count) runs in a worker process of its own
-(benchmarks.worker); a crash or time-out there is recorded in that run's record
+(benchmarks.workers.run); a crash or time-out there is recorded in that run's record
 and the others go on. Results: one JSON record per run, report.md and plots in
 --out; a table on the terminal (on stderr with --json, which keeps stdout for
 the JSON list of records). Ctrl-C or SIGTERM stops the running worker, records it

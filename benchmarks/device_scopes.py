@@ -4,7 +4,7 @@ A shared LSTM(64) encodes two sequences (140, 256), branch a on one device, bran
 on another, the merge (concatenation, Dense(1, sigmoid)) on the CPU; trained a few
 SGD steps on a synthetic task, on one device and on the two-branch placement (see
 common.experiments.scopes). Each framework runs in a worker process of its own
-(benchmarks.device_scopes_worker). Results: one JSON record per framework and
+(benchmarks.workers.device_scopes). Results: one JSON record per framework and
 placement and report.md in --out; the table on the terminal (on stderr with
 --json, which keeps stdout for the JSON list of records)."""
 from __future__ import annotations
@@ -71,7 +71,7 @@ def run_framework(cfg: dict, out: Path, timeout: int, stop: Interrupts) -> tuple
             state["current"] = None
 
     log = out / "logs" / f"{fw}.log"
-    ex = run_worker(["-m", "benchmarks.device_scopes_worker", json.dumps(cfg), str(out)], log,
+    ex = run_worker(["-m", "benchmarks.workers.device_scopes", json.dumps(cfg), str(out)], log,
                     timeout, on_line, env=env, cwd=ROOT, stop=stop, python=registry.python(fw))
     if ex.interrupted:
         why, status = "stopped by the user before it finished", "interrupted"

@@ -4,7 +4,7 @@ Matrix products small to large beside NumPy's BLAS, a log read every step versus
 kept on the device, two devices at once versus in sequence, asynchronous
 execution, computation/copy overlap and copy bandwidth, parameters to a file and
 back, and all-reduce by size (see common.experiments.device_experiments). Each framework runs in a
-worker process of its own (benchmarks.devices_worker); an experiment that crashes
+worker process of its own (benchmarks.workers.devices); an experiment that crashes
 or times out is recorded as failed and a new worker goes on with the rest.
 Results: one JSON record per framework and experiment, report.md and plots in
 --out; a summary on the terminal (on stderr with --json, which keeps stdout for
@@ -90,7 +90,7 @@ def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, 
                 on_done(name)
 
         log = out / "logs" / f"{framework}{'' if attempt == 1 else f'-{attempt}'}.log"
-        argv = ["-m", "benchmarks.devices_worker",          # run_worker prepends python
+        argv = ["-m", "benchmarks.workers.devices",          # run_worker prepends python
                 json.dumps({**cfg, "framework": framework, "experiments": remaining}), str(out)]
         ex = run_worker(argv, log, timeout * len(remaining), on_line, env=env, cwd=ROOT, stop=stop,
                         python=registry.python(framework))

@@ -8,7 +8,7 @@ on 2 emulated nodes (compare --launcher netns, 1 core per node, synthetic data):
 
 - t1: one device on one node, 1 core, at each --compute-batches size (compare runs);
 - t2: the link's own all-reduce of the model's gradient bytes P alone, at each rate
-  (benchmarks.link_probe: torch's gloo ring, no compute beside it);
+  (benchmarks.workers.link_probe: torch's gloo ring, no compute beside it);
 - the step of every engine at each --rates link rate, with the bytes each node sent;
 
 then, on the slow --ps-rate link, the parameter server (MXNet, a server per node and one
@@ -127,13 +127,13 @@ def run_child(cmd: list[str]) -> int:
 
 
 def probe(out: Path, nodes: int, rate: str, nbytes: int, timeout: float = 600) -> None:
-    """t2 alone: benchmarks.link_probe on `nodes` emulated nodes at `rate`; its JSON
+    """t2 alone: benchmarks.workers.link_probe on `nodes` emulated nodes at `rate`; its JSON
     (or the error) in `out`."""
     started = time.monotonic()
     out.parent.mkdir(parents=True, exist_ok=True)     # no compute run made it (--runs nodes)
     with netns.running(nodes, rate) as net:
         procs = [subprocess.Popen(net.wrap(n, [
-            sys.executable, "-m", "benchmarks.link_probe", str(n), str(nodes), net.address(0),
+            sys.executable, "-m", "benchmarks.workers.link_probe", str(n), str(nodes), net.address(0),
             str(netns.PORT), str(nbytes), str(PROBE_REPEATS), str(out)]), cwd=ROOT,
             env={**os.environ, **thread_env(1), "GLOO_SOCKET_IFNAME": PROBE_IFNAME}, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True) for n in range(nodes)]

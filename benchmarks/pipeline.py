@@ -8,7 +8,7 @@ backpropagated, SGD scaled after). Per run: the step time, the measured bubble a
 (k-1)/(M+k-1), and per stage the micro-batches whose activations it held at once
 (watched; GPipe M, 1F1B min(k-s, M) by the formula) and their bytes (measured where
 the framework tells what its tape keeps, else calculated). Each run is a worker
-process of its own (benchmarks.worker, as compare runs it), 2 epochs of a few steps on
+process of its own (benchmarks.workers.run, as compare runs it), 2 epochs of a few steps on
 synthetic data, the second epoch timed (the first pays the kernels' warm-up of every
 micro-batch shape); --rounds N runs everything N times, interleaved, and reports the
 median and range. Also the per-unit cost of ResNet-18 measured by the pipeline itself
@@ -43,7 +43,7 @@ from common.results.record import schedule_of
 
 from .cli import Parser, UsageError, int_list, names, results_dir
 from .runner import run_config, worker_env
-from .worker import QUIET_ENV
+from .workers.run import QUIET_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 MICRO_BATCHES = (1, 4, 8)

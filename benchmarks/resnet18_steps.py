@@ -4,7 +4,7 @@
 
 One device, synthetic 28x28 batches, the suite's workers (the compare command's
 path, each run in a fresh process) and the neutral reference
-benchmarks/resnet18_reference.py (the chapter's concise nn.Module, nothing from
+benchmarks/reference/resnet18.py (the chapter's concise nn.Module, nothing from
 the suite) in alternating rounds, so machine noise hits all alike. Each figure is
 the median seconds per step over the rounds (warm-up excluded, device
 synchronised), with its range; `vs torch` is the ratio to the reference and
@@ -30,7 +30,7 @@ from common.core.modes import MODES
 from .runner import run_config, worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
-REFERENCE = ROOT / "benchmarks" / "resnet18_reference.py"
+REFERENCE = ROOT / "benchmarks" / "reference" / "resnet18.py"
 
 
 def _reference(args, env) -> float:

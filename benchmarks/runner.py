@@ -7,7 +7,7 @@ SIGTERM kills the whole session within a fraction of a second.
         result = run_worker(argv, log_path, timeout, on_line, stop=stop)
 
 Every entry point starts its workers here: run_worker for any worker module,
-run_config for one run of benchmarks.worker (a RunConfig's record).
+run_config for one run of benchmarks.workers.run (a RunConfig's record).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from common.facts import registry, settings
 from common.launch import netns
 from common.launch.launcher import ROOT, child_env, log_tail
 
-from .worker import QUIET_ENV
+from .workers.run import QUIET_ENV
 
 
 POLL = 0.2        # seconds between looks at the clock and the stop flag
@@ -120,7 +120,7 @@ def run_config(cfg: dict, out_path: Path, timeout: float, log_path: Path | None 
                env: dict | None = None,
                read: Callable[[Path], dict] = lambda path: json.loads(path.read_text())
                ) -> tuple[dict | None, WorkerExit]:
-    """One run (a RunConfig as a dict) in a benchmarks.worker process of its own: its record
+    """One run (a RunConfig as a dict) in a benchmarks.workers.run process of its own: its record
     (None where the worker wrote none: a crash, a time-out, an interrupt) and how it ended.
     The log goes beside the record unless log_path says where; `read` reads the record
     (a ValueError there counts as no record, its message in the log tail)."""
@@ -129,7 +129,7 @@ def run_config(cfg: dict, out_path: Path, timeout: float, log_path: Path | None 
     env = dict(env or worker_env(cfg.get("threads") or os.cpu_count() or 1))
     # a setting's environment from the process's start (LD_PRELOAD acts only then)
     env.update(settings.env_of(settings.get(cfg["framework"], cfg.get("settings") or [])))
-    done = run_worker(["-m", "benchmarks.worker", json.dumps(cfg), str(out_path)],
+    done = run_worker(["-m", "benchmarks.workers.run", json.dumps(cfg), str(out_path)],
                       log_path or out_path.with_suffix(".log"), timeout, on_line,
                       env=env,
                       cwd=ROOT, stop=stop, python=registry.python(cfg["framework"]))

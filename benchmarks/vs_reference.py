@@ -5,8 +5,8 @@ one go:
                                       [--epochs 2] [--rounds 2] [--devices 1]
 
 d2l: the chapter's multi-GPU-from-scratch PyTorch code as written
-(benchmarks/d2l_reference.py) against the suite's
-PyTorch scratch mode. keras: a plain Keras 3 program (benchmarks/keras_reference.py:
+(benchmarks/reference/d2l.py) against the suite's
+PyTorch scratch mode. keras: a plain Keras 3 program (benchmarks/reference/plain_keras.py:
 a Sequential LeNet, model.fit on the NumPy arrays) against the suite's keras-tensorflow row.
 Both sides train on real Fashion-MNIST at batch 256, lr 0.2, in alternating rounds
 (so that machine noise hits both alike), each in a fresh process with the same
@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # name -> (reference program, the suite's framework and mode it is measured against,
 # whether the reference's first epoch includes tracing and is left out)
 REFERENCES = {
-    "d2l": (ROOT / "benchmarks" / "d2l_reference.py", "pytorch", "scratch", False),
-    "keras": (ROOT / "benchmarks" / "keras_reference.py", "keras-tensorflow", "native", True),
+    "d2l": (ROOT / "benchmarks" / "reference" / "d2l.py", "pytorch", "scratch", False),
+    "keras": (ROOT / "benchmarks" / "reference" / "plain_keras.py", "keras-tensorflow", "native", True),
 }
 
 

@@ -203,7 +203,7 @@ def planted_run(tmp_path: Path, plant: str, cfg: dict) -> dict:
     folder.mkdir()
     (folder / "sitecustomize.py").write_text(plant)
     out = tmp_path / "planted.json"
-    proc = run_python(["-m", "benchmarks.worker", json.dumps({"threads": THREADS, **cfg}), str(out)],
+    proc = run_python(["-m", "benchmarks.workers.run", json.dumps({"threads": THREADS, **cfg}), str(out)],
                       extra_path=str(folder), framework=cfg["framework"])
     assert proc.returncode == 0 and out.exists(), proc.stderr[-2000:]
     return json.loads(out.read_text())
@@ -255,7 +255,7 @@ def worker_record(tmp_path_factory):
                    **RUN_SHAPE[model], **extra}
             if steps is not None:
                 cfg["steps_per_epoch"] = steps
-            proc = run_python(["-m", "benchmarks.worker", json.dumps(cfg), str(out)], threads=THREADS,
+            proc = run_python(["-m", "benchmarks.workers.run", json.dumps(cfg), str(out)], threads=THREADS,
                               framework=framework)
             assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
             cache[key] = json.loads(out.read_text())

@@ -14,7 +14,7 @@ class Devices:
     distinct_cpu_devices = True   # mx.cpu(0), mx.cpu(1), ... are distinct contexts
 
     def setup(self, cpu_devices=1, threads=None):
-        pass   # MXNet reads OMP_NUM_THREADS at import; benchmarks.worker sets it
+        pass   # MXNet reads OMP_NUM_THREADS at import; benchmarks.workers.run sets it
 
     def version(self):
         return mx.__version__

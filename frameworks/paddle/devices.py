@@ -15,7 +15,7 @@ class Devices:
     distinct_cpu_devices = False
 
     def setup(self, cpu_devices=1, threads=None):
-        # Paddle reads OMP_NUM_THREADS at import; benchmarks.worker sets it
+        # Paddle reads OMP_NUM_THREADS at import; benchmarks.workers.run sets it
         paddle.set_device("gpu:0" if self.num_gpus() else "cpu")
 
     def version(self):

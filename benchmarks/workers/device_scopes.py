@@ -1,5 +1,5 @@
 """One framework's device-scopes runs in a process of its own:
-`python -m benchmarks.device_scopes_worker CONFIG_JSON OUT_DIR`.
+`python -m benchmarks.workers.device_scopes CONFIG_JSON OUT_DIR`.
 
 benchmarks.device_scopes starts one per framework. Before each placement it prints
 '@begin PLACEMENT' on stdout, after writing its record (atomically, in OUT_DIR)
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from common.launch import progress
 
-from .devices_worker import CRASH_ENV
-from .worker import thread_env
+from .devices import CRASH_ENV
+from .run import thread_env
 
 
 def main(argv: list[str]) -> int:

@@ -1,5 +1,5 @@
 """One framework's device experiments in a process of its own:
-`python -m benchmarks.devices_worker CONFIG_JSON OUT_DIR`.
+`python -m benchmarks.workers.devices CONFIG_JSON OUT_DIR`.
 
 benchmarks.devices starts one per framework. Before each experiment it prints
 '@begin NAME' on stdout, after writing its record (atomically, in OUT_DIR)
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from common.launch import progress
 
-from .worker import thread_env
+from .run import thread_env
 
 # Fault injection for the tests: the worker aborts (as a segfault would) when it
 # begins the experiment named here.

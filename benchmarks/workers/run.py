@@ -1,4 +1,4 @@
-"""One run in a process of its own: `python -m benchmarks.worker CONFIG_JSON OUT_PATH`.
+"""One run in a process of its own: `python -m benchmarks.workers.run CONFIG_JSON OUT_PATH`.
 
 benchmarks.compare starts one per (framework, mode, device count). The thread
 count goes into the environment before any framework is imported, since several

@@ -2,7 +2,7 @@
 (Dive into Deep Learning), as written, with only nn.parallel.scatter swapped for
 torch.chunk when the devices are CPUs. Run as it is, to measure the suite against:
 
-    FMNIST_DIR=/usr/share/datasets/fashion-mnist python benchmarks/d2l_reference.py DEVICES EPOCHS
+    FMNIST_DIR=/usr/share/datasets/fashion-mnist python benchmarks/reference/d2l.py DEVICES EPOCHS
 
 It prints one JSON line: {"impl": "d2l-torch", "devices": k, "sec_per_epoch": [...], "test_acc": ...}.
 The reference that the suite's PyTorch scratch row is measured against

@@ -1,7 +1,7 @@
 """A plain Keras 3 program, nothing from the suite: the reference the suite's Keras
-row is measured against (as benchmarks/d2l_reference.py is for PyTorch).
+row is measured against (as benchmarks/reference/d2l.py is for PyTorch).
 
-    FMNIST_DIR=/usr/share/datasets/fashion-mnist python benchmarks/keras_reference.py DEVICES EPOCHS
+    FMNIST_DIR=/usr/share/datasets/fashion-mnist python benchmarks/reference/plain_keras.py DEVICES EPOCHS
 
 The chapter's LeNet as a Sequential model, SGD at lr 0.2 on the summed-then-averaged
 cross-entropy from logits, model.fit on the NumPy arrays at batch 256, shuffled each

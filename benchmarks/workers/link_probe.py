@@ -3,7 +3,7 @@ in its namespace), torch.distributed's gloo ring all-reduce of NBYTES of float32
 after a warm-up with every rank at a barrier before the clock starts; rank 0 writes the
 times and each rank's link bytes per all-reduce to OUT as JSON.
 
-    python -m benchmarks.link_probe RANK WORLD MASTER_ADDR PORT NBYTES REPEATS OUT
+    python -m benchmarks.workers.link_probe RANK WORLD MASTER_ADDR PORT NBYTES REPEATS OUT
 
 Run by benchmarks.links (probe()), never by hand: it is t2 as the chapter defines it,
 the gradients' all-reduce with no compute beside it, measured on the same link as the

@@ -1,7 +1,7 @@
 """A neutral reference for ResNet-18's step time: the chapter's concise PyTorch code,
 plain eager nn.Module, nothing from this suite.
 
-    python benchmarks/resnet18_reference.py [--batch 64] [--steps 5] [--threads N]
+    python benchmarks/reference/resnet18.py [--batch 64] [--steps 5] [--threads N]
 
 d2l's Residual and resnet18 as the book writes them (Conv2d with biases, BatchNorm2d,
 ReLU, AdaptiveAvgPool2d, Linear; normal(0, 0.01) weights), trained with
