@@ -34,16 +34,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from common import models
 from common.core.perf import (BACKWARD_SHARE, LINKS, RULE, Compute, Link, PowerLaw,  # noqa: F401
                                allreduce_sec, predict, rule_batch_on_link)
 from common.launch.launcher import thread_env
-from common.reports.runs import (all_devices, colour, machine_lines, render_markdown, save_figure,
-                                 step_sec, timing)
+from common.reports import predict as page
+from common.reports.runs import all_devices, step_sec
 from common.results.record import RecordError, load_records
 
 from .cli import Parser, UsageError, int_list, positive
@@ -88,11 +86,7 @@ def fit_link(devices_dir: Path, framework: str, variant: str = "native",
         return None
     return Link(f"measured {framework} {variant}", 1 / slope, max(intercept, 0.0) / 2,
                 f"fitted to {path} ({variant} all-reduce, 2 devices, {len(rows)} sizes"
-                + (f" up to {_size(max_bytes)})" if max_bytes else ")"))
-
-
-def _size(n: float) -> str:
-    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n / 2**10:g} KiB"
+                + (f" up to {page.size_text(max_bytes)})" if max_bytes else ")"))
 
 
 
@@ -336,19 +330,19 @@ def main(argv=None) -> int:
     out = Path(args.out or args.folders[0])
     out.mkdir(parents=True, exist_ok=True)
     console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(_table(table, markdown=False))
+    console.print(page.table(table, markdown=False))
     for k, f in sorted(factors.items()):
         console.print(f"contention at {k} devices: {f:.2f}", highlight=False)
-    for rows, render in ((t1_checks, _t1_checks), (t2_checks, _t2_table), (checks, _checks)):
+    for rows, render in ((t1_checks, page.t1_table), (t2_checks, page.t2_table), (checks, page.checks_table)):
         if rows:
             console.print(render(rows, markdown=False))
     if t1_checks or t2_checks or checks:
-        console.print(_summary(checks, t1_checks, t2_checks), highlight=False)
+        console.print(page.summary(checks, t1_checks, t2_checks), highlight=False)
     for line in skipped:
         console.print(line, highlight=False, markup=False)
-    (out / "predict.md").write_text(_markdown(table, checks, t1_checks, t2_checks, skipped,
-                                              records, args, argv, factors))
-    _plot(table, out / "predict.png")
+    (out / "predict.md").write_text(page.markdown(table, checks, t1_checks, t2_checks, skipped,
+                                                  records, args, argv, factors))
+    page.plot(table, out / "predict.png")
     console.print(f"written: {out / 'predict.md'}, {out / 'predict.png'}", highlight=False)
     return 0
 
@@ -377,161 +371,6 @@ def _t2_checks(args, pairs) -> list[dict]:
                              "predicted": pred, "measured": r["median_s"],
                              "error": pred / r["median_s"] - 1})
     return rows
-
-
-def _within(rows, key="error") -> str:
-    errors = np.abs([r[key] for r in rows])
-    return (f"{int((errors <= 0.2).sum())} of {len(rows)} within 20 %, median |error| "
-            f"{np.median(errors):.0%}")
-
-
-def _summary(checks, t1_checks, t2_checks) -> str:
-    parts = []
-    if t1_checks:
-        parts.append(f"t1 alone (1 device, batch sizes not fitted on): {_within(t1_checks)}")
-    if t2_checks:
-        parts.append(f"t2 alone (all-reduce sizes not fitted on): {_within(t2_checks)}")
-    if checks:
-        parts.append(f"whole step (several devices or nodes): {_within(checks)}; "
-                     f"with t2 = 0: {_within(checks, 'error t2=0')}")
-    return ". ".join(parts) + "."
-
-
-def _ms(v):
-    return f"{v * 1e3:.2f}"
-
-
-def _new_table(markdown: bool, title: str, columns: tuple, left: tuple) -> Table:
-    """An empty table of these columns (text in `left` left-aligned, figures right):
-    markdown for predict.md, else for the terminal under its title."""
-    t = Table(box=box.MARKDOWN if markdown else box.SIMPLE_HEAD, title=None if markdown else title)
-    for c in columns:
-        t.add_column(c, justify="left" if c in left else "right")
-    return t
-
-
-def _table(rows: list[dict], markdown: bool) -> Table:
-    t = _new_table(markdown, "predicted step time (ms) by device count",
-                   ("model", "framework", "mode", "link", "batch", "k", "t1 ms", "t2 ms",
-                    "step ms", "speed-up", "efficiency", "t1 >= 1.2 t2 from b"),
-                   ("model", "framework", "mode", "link"))
-    for r in rows:
-        t.add_row(r["model"], r["framework"], r["mode"] + (f" {r['execution']}" if r["execution"] else ""),
-                  r["link"], str(r["batch"]), str(r["k"]), _ms(r["t1"]), _ms(r["t2"]),
-                  _ms(r["step"]), f"{r['speed-up']:.2f}", f"{r['efficiency']:.2f}",
-                  "-" if r["rule batch"] is None else str(r["rule batch"]))
-    return t
-
-
-def _checks(rows: list[dict], markdown: bool) -> Table:
-    t = _new_table(markdown, "the whole step: predicted against measured",
-                   ("model", "framework", "mode", "scaling", "nodes", "k", "batch",
-                    "devices run", "t1 ms", "t2 ms", "t2 share", "predicted ms", "measured ms",
-                    "error", "error if t2 = 0"),
-                   ("model", "framework", "mode", "scaling", "devices run"))
-    for r in rows:
-        t.add_row(r["model"], r["framework"], r["mode"], r["scaling"], str(r["nodes"]),
-                  str(r["k"]), str(r["batch"]), r["devices run"], _ms(r["t1"]), _ms(r["t2"]),
-                  f"{r['share']:.0%}", _ms(r["predicted"]), _ms(r["measured"]),
-                  f"{r['error']:+.0%}", f"{r['error t2=0']:+.0%}")
-    return t
-
-
-def _t1_checks(rows: list[dict], markdown: bool) -> Table:
-    t = _new_table(markdown, "t1: one device at batch sizes the fit did not see",
-                   ("model", "framework", "mode", "cores", "fitted on", "batch", "predicted ms",
-                    "measured ms", "error"), ("model", "framework", "mode", "fitted on"))
-    for r in rows:
-        t.add_row(r["model"], r["framework"], r["mode"], str(r["cores"] or "-"), r["fitted on"],
-                  str(r["batch"]), _ms(r["predicted"]), _ms(r["measured"]), f"{r['error']:+.0%}")
-    return t
-
-
-def _t2_table(rows: list[dict], markdown: bool) -> Table:
-    t = _new_table(markdown, "t2: all-reduce sizes the link fit did not see (2 devices)",
-                   ("framework", "all-reduce", "size", "predicted ms", "measured ms", "error"),
-                   ("framework", "all-reduce"))
-    for r in rows:
-        t.add_row(r["framework"], r["variant"], _size(r["bytes"]), _ms(r["predicted"]),
-                  _ms(r["measured"]), f"{r['error']:+.0%}")
-    return t
-
-
-def _markdown(table, checks, t1_checks, t2_checks, skipped, records, args, argv, factors) -> str:
-    render = render_markdown
-    link = (f"link: {args.link} ({LINKS[args.link].source})" if args.link else
-            f"link: each framework's all-reduce measured in {args.allreduce}, a ring step's "
-            "latency and bandwidth fitted to it"
-            + (f" (sizes up to {_size(args.link_fit_bytes)} only)" if args.link_fit_bytes else ""))
-    fit = (f"the single-node 1-device rows at batch {', '.join(map(str, args.fit_batches))} only"
-           if args.fit_batches else "every single-node 1-device row")
-    lines = ["# Predicted data-parallel scaling", "",
-             f"Command: `python -m benchmarks.predict {' '.join(argv or sys.argv[1:])}`", "",
-             *machine_lines(records), "",
-             f"Model: step(k) = t1 + max(0, t2 - overlap x {BACKWARD_SHARE:.2f} x t1), t1 = one "
-             f"device's step at batch/k (a + c x b fitted to {fit}), t2 = a "
-             "ring all-reduce of the parameters, (k-1) x 2 x latency + 2(k-1)/k x bytes / "
-             f"bandwidth; {link}; overlap {args.overlap}. Every figure in the tables below "
-             "but the measured columns is a prediction.", "", render(_table(table, True)), ""]
-    if t1_checks or t2_checks or checks:
-        lines += ["## Predicted against measured", "", _summary(checks, t1_checks, t2_checks), ""]
-    if t1_checks:
-        lines += ["### t1 alone: one device at batch sizes the fit did not see", "",
-                  render(_t1_checks(t1_checks, True)), ""]
-    if t2_checks:
-        lines += ["### t2 alone: all-reduces larger than the link was fitted on", "",
-                  "Two processes or devices, as `benchmarks.devices --experiment allreduce` "
-                  "measured them; predicted: the ring formula with the link fitted to the "
-                  "smaller sizes.", "", render(_t2_table(t2_checks, True)), ""]
-    if checks:
-        lines += ["### The whole step: several devices or nodes", "",
-                  "Every multi-device row of the folders whose devices had hardware of their own "
-                  "(GPUs, --cores-per-device, machines). k = devices x nodes. Devices at once (a "
-                  "process each, GPUs): t1 is one device's step at the per-device batch on its "
-                  "own cores; in turn (CPU devices of one process, whose operators all run on "
-                  "the process's one thread pool): t1 is k such steps, each at the k devices' "
-                  "thread count (1-device runs at k x C cores). t2: the all-reduce the mode runs (by "
-                  "hand in scratch mode, the framework's own otherwise); t2 share: its part of "
-                  "the predicted step; error if t2 = 0: the same model without communication. "
-                  "Contention (devices at once on one machine's cores, each that much slower "
-                  "than alone): "
-                  + (", ".join(f"{f:.2f} at k = {k}" for k, f in sorted(factors.items()))
-                     + (" (measured here: a NumPy GEMM and streaming pass, one thread per core, "
-                        "k pinned cores at once against one alone, median of 3 rounds)"
-                        if args.contention == "measure" else " (given)") if factors else "none")
-                  + ".", "", render(_checks(checks, True)), ""]
-    lines += [f"- {s}" for s in skipped]
-    lines += ["- t1 >= 1.2 t2 from b: the smallest per-device batch (a power of two) at which "
-              "compute exceeds communication by 20 %, the chapters' rule for communication to "
-              "hide behind compute.", ""]
-    return "\n".join(lines)
-
-
-def _plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    keys = dict.fromkeys((r["model"], r["framework"], r["mode"], r["execution"]) for r in rows)
-    for key in keys:
-        pts = [r for r in rows if (r["model"], r["framework"], r["mode"], r["execution"]) == key]
-        label = " ".join(str(x) for x in key if x)
-        style = dict(color=colour(key[1]), marker="o", ls="-" if key[0] == "lenet" else "--")
-        left.plot([r["k"] for r in pts], [r["speed-up"] for r in pts], label=label, **style)
-        right.plot([r["k"] for r in pts], [r["t1"] * 1e3 for r in pts], **style)
-        right.plot([r["k"] for r in pts], [max(r["t2"], 1e-9) * 1e3 for r in pts],
-                   **{**style, "marker": "x", "alpha": 0.6})
-    ks = sorted({r["k"] for r in rows})
-    left.plot(ks, ks, color="grey", lw=3, alpha=0.4, label="ideal")
-    for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("devices")
-    left.set_yscale("log", base=2)
-    left.set_ylabel("predicted speed-up")
-    left.legend(fontsize=6)
-    right.set_yscale("log")
-    right.set_ylabel("ms per step: t1 compute (o), t2 all-reduce (x)")
-    save_figure(plt, fig, path)
 
 
 if __name__ == "__main__":
