@@ -30,7 +30,7 @@ from common.core.pipeline import SCHEDULES
 from common.core.plan import RunConfig
 from common.experiments import gemm
 from common.facts.machine import env_info, gpu_count
-from common.launch import netns, nodes, progress as progress_lines
+from common.launch import networks, nodes, progress as progress_lines
 from common.results import utilisation
 from common.results.record import (FAILED, REPEAT_KEYS, RecordError, mark_not_installed, new_record,
                                    ok_repeats, read_record, record_filename, write_atomic)
@@ -70,6 +70,17 @@ def _device_counts(text):
     if not counts or counts[0] < 1:
         raise argparse.ArgumentTypeError(f"device counts must be 1 or more; got {text!r}")
     return counts
+
+
+class OldNetwork(argparse.Action):
+    """--launcher, --network's name before it, with its old values: mapped to the new
+    ones, saying so in one line on stderr."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        new = networks.OLD_NAMES[value]
+        print(f"compare: note: {option_string} {value} is now --network {new} (the old name "
+              "is accepted for one release)", file=sys.stderr)
+        setattr(namespace, self.dest, new)
 
 
 def build_parser() -> Parser:
@@ -147,14 +158,15 @@ def build_parser() -> Parser:
     p.add_argument("--node-hosts", default=None, metavar="HOST,HOST,...",
                    help="every machine's address in node order; TensorFlow and Keras need it "
                         "(TF_CONFIG lists every worker)")
-    p.add_argument("--launcher", choices=("cluster", "local", "netns"), default="cluster",
-                   help="cluster: this machine is one of the --nodes; local: simulate all of "
-                        "them here, on localhost, each with its own processes; netns: emulate "
-                        "them here, each node in a network namespace of its own with its own "
-                        "address, joined by links of --link's rate (needs root, ip and tc)")
+    p.add_argument("--network", choices=networks.NETWORKS, default=RUN_DEFAULTS["network"],
+                   help="; ".join(f"{k.name}: {k.about}" for k in networks.NETWORKS.values()))
+    p.add_argument("--launcher", dest="network", choices=networks.OLD_NAMES, action=OldNetwork,
+                   help="--network's old name, with its old values (" + ", ".join(
+                       f"{old} for {new}" for old, new in networks.OLD_NAMES.items())
+                   + "): accepted for one release")
     p.add_argument("--link", default=None, metavar="RATE",
-                   help="with --launcher netns: each node's egress shaped to RATE (tc's units: "
-                        "10mbit, 100mbit, 1gbit) or `unshaped` (the default)")
+                   help=f"with --network {networks.Netns.name}: each node's egress shaped to "
+                        "RATE (tc's units: 10mbit, 100mbit, 1gbit) or `unshaped` (the default)")
     p.add_argument("--servers", choices=nodes.SERVERS, default=RUN_DEFAULTS["servers"],
                    help="MXNet's parameter servers across machines: a server on every node "
                         "(per-node, as MXNet's launcher does), or one on node 0")
@@ -209,7 +221,8 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
     counts = args.devices or (sorted({1, gpus}) if gpus else list(CPU_DEFAULT_DEVICES))
     if args.cores_per_device:
         have = len(os.sched_getaffinity(0))
-        here = args.nodes if args.launcher != "cluster" else 1     # simulated nodes share them
+        # nodes simulated here share them
+        here = len(networks.get(args.network).local_nodes(args)) if args.nodes > 1 else 1
         need = args.cores_per_device * max(counts) * here
         if need > have:
             raise UsageError(f"--cores-per-device {args.cores_per_device} x {max(counts)} devices"
@@ -237,48 +250,21 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
 
 
 def check_nodes(args) -> None:
-    """The several-machine options: consistent, or a UsageError with the fix."""
-    given = [o for o, v in (("--node-rank", args.node_rank), ("--master", args.master),
-                            ("--node-hosts", args.node_hosts)) if v is not None]
+    """The several-machine options: consistent, or a UsageError with the fix (the
+    network's own options: its kind's check)."""
     if args.nodes == 1:
-        given += [f"--launcher {args.launcher}"] * (args.launcher != "cluster")
+        given = [o for o, v in (("--node-rank", args.node_rank), ("--master", args.master),
+                                ("--node-hosts", args.node_hosts)) if v is not None]
+        given += [f"--network {args.network}"] * (args.network != RUN_DEFAULTS["network"])
         given += ["--link"] * (args.link is not None)
         given += ["--servers one"] * (args.servers != RUN_DEFAULTS["servers"])
         if given:
             raise UsageError(f"{given[0]} is for runs across machines: add --nodes N (2 or more)")
         return
-    if args.link is not None and args.launcher != "netns":
-        raise UsageError("--link shapes the links of emulated nodes: add --launcher netns")
-    if args.launcher == "netns":
-        args.link = args.link or netns.UNSHAPED
-        try:
-            netns.rate_bits(args.link)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        why = netns.unavailable()
-        if why:
-            raise UsageError(f"{why}; or --launcher local, every node on loopback")
-    if args.launcher != "cluster":
-        if given:
-            raise UsageError(f"--launcher {args.launcher} simulates every node here: "
-                             f"drop {given[0]}")
-        return
-    if args.node_rank is None or args.master is None:
-        raise UsageError(f"--nodes {args.nodes} on a cluster needs this machine's --node-rank "
-                         "and node 0's --master HOST:PORT (or --launcher local to simulate the "
-                         "nodes here)")
-    if args.node_rank >= args.nodes:
-        raise UsageError(f"--node-rank {args.node_rank} is not one of the {args.nodes} nodes "
-                         f"(0 to {args.nodes - 1})")
-    host, _, port = args.master.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--master {args.master!r} is not HOST:PORT (e.g. 10.0.0.1:29500)")
-    if args.node_hosts is not None:
-        hosts = [h.strip() for h in args.node_hosts.split(",")]
-        if "" in hosts or len(hosts) != args.nodes:
-            raise UsageError(f"--node-hosts lists {len(hosts)} hosts for --nodes {args.nodes}; "
-                             "give one per node, in node order")
-        args.node_hosts = hosts
+    try:
+        networks.get(args.network).check(args)
+    except networks.NetworkError as e:
+        raise UsageError(str(e)) from None
 
 
 @dataclass
@@ -378,7 +364,9 @@ def resume_plan(args, given: set[str]) -> Plan:
         # a plan saved before --schedule took a list kept its one schedule with the shared
         # options (before --schedule existed: none, RunConfig's default)
         plan = Plan(stored["frameworks"], stored["modes"], stored["devices"], stored["repeat"],
-                    {k: stored["run"].get(k) for k in Plan.RUN_KEYS},
+                    # (a plan older than --network: its kind under "launcher")
+                    {**{k: stored["run"].get(k) for k in Plan.RUN_KEYS},
+                     "network": networks.of(stored["run"]).name},
                     [None if e == "default" else e for e in stored.get("executions", ["default"])],
                     stored.get("schedules")
                     or [stored["run"].get("schedule") or RUN_DEFAULTS["schedule"]],
@@ -420,8 +408,9 @@ def check_out(out: Path, plan: Plan, resuming: bool) -> None:
     if stored.is_file() and not resuming:
         try:
             # (the defaults of options newer than the folder: RunConfig's)
-            theirs = {**RUN_DEFAULTS, **json.loads(stored.read_text())["run"]}
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            run = json.loads(stored.read_text())["run"]
+            theirs = {**RUN_DEFAULTS, **run, "network": networks.of(run).name}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise UsageError(f"--out {out}: {stored} is unreadable ({e}); give a new --out") from None
         diff = [k for k in Plan.RUN_KEYS if theirs.get(k) != plan.run.get(k)]
         if diff:
@@ -503,7 +492,8 @@ def with_cpu_peak(record: dict, cpu_gemm: dict) -> dict:
     """A worker's record of a run on the CPU, its utilisation figures against the CPU peak
     measured by this comparison (a worker does not measure it)."""
     if record["status"] in ("ok", "diverged") and record.get("device_kind") == "cpu":
-        utilisation.fill(record, *utilisation.cpu_peak(record, cpu_gemm))
+        utilisation.fill(record, *utilisation.cpu_peak(
+            record, cpu_gemm, networks.of(record).shares_cores))
     return record
 
 

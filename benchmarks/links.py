@@ -4,7 +4,7 @@ The chapters' lesson for training on several machines: a step is the compute of 
 batch, t1, plus the gradients' all-reduce, t2, less what the engine hides behind the
 backward pass; keep t1 about 20 % above t2 (a larger per-device batch raises t1, not t2),
 and a parameter server's links carry more than a ring's. For each model, this measures
-on 2 emulated nodes (compare --launcher netns, 1 core per node, synthetic data):
+on 2 emulated nodes (compare --network netns, 1 core per node, synthetic data):
 
 - t1: one device on one node, 1 core, at each --compute-batches size (compare runs);
 - t2: the link's own all-reduce of the model's gradient bytes P alone, at each rate
@@ -168,7 +168,7 @@ def run(args, out: Path) -> int:
             probe(base / f"probe-n2-{rate}.json", 2, rate, models.param_bytes(model))
             code = max(code, compare(base / f"n2-{rate}", frameworks, model, [
                 "--batch-size", str(2 * b), "--devices", "1", "--cores-per-device", "1",
-                "--nodes", "2", "--launcher", "netns", "--link", rate,
+                "--nodes", "2", "--network", "netns", "--link", rate,
                 "--steps-per-epoch", steps]))
     if args.ps_nodes and "ps" in runs and "lenet" in names(args.model, models.NAMES, "model"):
         b = args.batch_per_device or DEFAULTS["lenet"]["batch"]
@@ -176,7 +176,7 @@ def run(args, out: Path) -> int:
         for n in args.ps_nodes:
             # n nodes share this machine's cores: each its share of the threads
             common = ["--batch-size", str(n * b), "--devices", "1", "--nodes", str(n),
-                      "--launcher", "netns", "--link", rate, "--steps-per-epoch", "8"]
+                      "--network", "netns", "--link", rate, "--steps-per-epoch", "8"]
             code = max(code, compare(out / "ps" / f"n{n}-ring", [PS_RING], "lenet", common))
             for placement in PLACEMENTS:
                 code = max(code, compare(out / "ps" / f"n{n}-{placement}", [PS], "lenet",

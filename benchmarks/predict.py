@@ -39,6 +39,7 @@ from rich.console import Console
 from common import models
 from common.core.perf import (BACKWARD_SHARE, LINKS, RULE, Compute, Link, PowerLaw,  # noqa: F401
                                allreduce_sec, predict, rule_batch_on_link)
+from common.launch import networks
 from common.launch.launcher import thread_env
 from common.reports import predict as page
 from common.reports.runs import all_devices, step_sec
@@ -142,7 +143,7 @@ def shares_machine(record: dict) -> bool:
     its caches and memory bandwidth; GPUs and real machines do not."""
     if record.get("device_kind") == "gpu":
         return False
-    return (record.get("nodes") or 1) == 1 or record.get("launcher") in ("local", "netns")
+    return (record.get("nodes") or 1) == 1 or networks.of(record).shares_cores
 
 
 def _row_key(r: dict) -> tuple:

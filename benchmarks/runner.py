@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from common.facts import registry, settings
-from common.launch import netns
+from common.launch import networks
 from common.launch.launcher import ROOT, child_env, log_tail
 
 from .workers.run import QUIET_ENV
@@ -133,8 +133,8 @@ def run_config(cfg: dict, out_path: Path, timeout: float, log_path: Path | None 
                       log_path or out_path.with_suffix(".log"), timeout, on_line,
                       env=env,
                       cwd=ROOT, stop=stop, python=registry.python(cfg["framework"]))
-    if cfg.get("launcher") == "netns":
-        netns.clean_stale()     # a killed worker could not remove its emulated network
+    # a killed worker could not take its network down (emulated nodes' namespaces)
+    networks.of(cfg).clean_stale()
     record = None
     if out_path.exists() and not (done.timed_out or done.interrupted):
         try:

@@ -88,7 +88,7 @@ def test_a_cut_and_a_throttled_link_end_their_runs_in_bound_naming_the_link(tmp_
     done, stop = [], threading.Event()
     with subprocess.Popen(
             [sys.executable, "-m", "benchmarks.compare", "--framework", "pytorch,mxnet",
-             "--nodes", "2", "--launcher", "netns", "--link", "100mbit", "--devices", "1",
+             "--nodes", "2", "--network", "netns", "--link", "100mbit", "--devices", "1",
              "--dataset", "synthetic", "--steps-per-epoch", "400", "--epochs", "1",
              "--batch-size", "64", "--stall-timeout", str(STALL), "--peak-gemm-size", "0",
              "--no-plots", "--out", str(tmp_path)],

@@ -30,20 +30,20 @@ BAD_INPUT = [
     (["--out", "/proc/x/y"], "--out /proc/x/y cannot be created or written"),
     # several machines
     (["--node-rank", "0"], "--node-rank is for runs across machines: add --nodes N"),
-    (["--launcher", "local"], "--launcher local is for runs across machines"),
+    (["--network", "loopback"], "--network loopback is for runs across machines"),
     (["--nodes", "2"], "needs this machine's --node-rank and node 0's --master"),
     (["--nodes", "2", "--node-rank", "2", "--master", "h:1"], "--node-rank 2 is not one of the 2"),
     (["--nodes", "2", "--node-rank", "1", "--master", "h"], "--master 'h' is not HOST:PORT"),
     (["--nodes", "2", "--node-rank", "1", "--master", "h:99999"], "is not HOST:PORT"),
-    (["--nodes", "2", "--launcher", "local", "--master", "h:1"], "drop --master"),
+    (["--nodes", "2", "--network", "loopback", "--master", "h:1"], "drop --master"),
     (["--nodes", "2", "--node-rank", "0", "--master", "h:1", "--node-hosts", "a"],
      "--node-hosts lists 1 hosts for --nodes 2"),
-    (["--nodes", "2", "--launcher", "local", "--join-timeout", "0"], "must be a finite number above 0"),
+    (["--nodes", "2", "--network", "loopback", "--join-timeout", "0"], "must be a finite number above 0"),
     (["--link", "10mbit"], "--link is for runs across machines"),
-    (["--nodes", "2", "--launcher", "local", "--link", "10mbit"], "add --launcher netns"),
-    (["--nodes", "2", "--launcher", "netns", "--link", "fast"], "--link 'fast' is not a rate"),
-    (["--nodes", "2", "--launcher", "netns", "--link", "0mbit"], "--link '0mbit' is not a rate"),
-    (["--nodes", "2", "--launcher", "netns", "--master", "h:1"], "drop --master"),
+    (["--nodes", "2", "--network", "loopback", "--link", "10mbit"], "add --network netns"),
+    (["--nodes", "2", "--network", "netns", "--link", "fast"], "--link 'fast' is not a rate"),
+    (["--nodes", "2", "--network", "netns", "--link", "0mbit"], "--link '0mbit' is not a rate"),
+    (["--nodes", "2", "--network", "netns", "--master", "h:1"], "drop --master"),
 ]
 
 
@@ -354,8 +354,8 @@ def test_the_dl_compare_command_is_the_compare_module():
     assert proc.returncode == 2 and "unknown framework 'nope'" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("lack,message", [("root", "--launcher netns needs root"),
-                                          ("tc", "--launcher netns needs tc")])
+@pytest.mark.parametrize("lack,message", [("root", "--network netns needs root"),
+                                          ("tc", "--network netns needs tc")])
 def test_emulated_nodes_without_root_or_tools_is_one_line_and_exit_2(lack, message, monkeypatch,
                                                                      capsys):
     import os
@@ -367,7 +367,7 @@ def test_emulated_nodes_without_root_or_tools_is_one_line_and_exit_2(lack, messa
         which = shutil.which
         monkeypatch.setattr(shutil, "which", lambda name: None if name == lack else which(name))
     try:
-        code = compare.main(["--nodes", "2", "--launcher", "netns", "--dataset", "synthetic"])
+        code = compare.main(["--nodes", "2", "--network", "netns", "--dataset", "synthetic"])
     except SystemExit as e:
         code = e.code
     out, err = capsys.readouterr()

@@ -404,7 +404,7 @@ def test_scan_finds_commands_and_skips_templates():
     text = ("Some prose with `python -m benchmarks.compare --nope` inline: not checked.\n\n"
             "```sh\n"
             "OPENBLAS_CORETYPE=SkylakeX .venv/bin/python -m benchmarks.devices --quick  # note\n"
-            "python -m benchmarks.compare --nodes 2 \\\n    --launcher local > out.txt\n"
+            "python -m benchmarks.compare --nodes 2 \\\n    --network loopback > out.txt\n"
             "python -m pytest -q\n"
             "make compare ARGS=\"--epochs 10\"\n"
             "```\n\n"
@@ -413,7 +413,7 @@ def test_scan_finds_commands_and_skips_templates():
     found = commands_in(ROOT / "docs" / "example.md", text)
     assert [(c.line, c.kind, c.name, c.args, c.template) for c in found] == [
         (4, "module", "devices", ("--quick",), None),
-        (5, "module", "compare", ("--nodes", "2", "--launcher", "local"), None),
+        (5, "module", "compare", ("--nodes", "2", "--network", "loopback"), None),
         (8, "make", "compare", ("ARGS=--epochs 10",), None),
         (13, "module", "devices", ("[--out", "DIR]"), "a synopsis"),
     ]

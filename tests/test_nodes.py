@@ -1,6 +1,6 @@
-"""Runs across several machines, emulated on this one (--launcher netns: every node in a
+"""Runs across several machines, emulated on this one (--network netns: every node in a
 network namespace of its own, its own address, the nodes joined by shaped links; where
-this machine cannot, --launcher local: every node its own processes on localhost), each
+this machine cannot, --network loopback: every node its own processes on localhost), each
 framework on its own engine: torchrun, Paddle's launcher, TF_CONFIG workers,
 jax.distributed, MXNet's parameter server (common/launch/nodes.py). Two nodes of one
 process each must train as one process does on the full batch, their traffic crossing
@@ -51,7 +51,7 @@ def _one_process():
 # what real machines need of every engine (its own address, not the hostname's) is then
 # checked too; the rate is one that LeNet's few steps do not wait on
 EMULATED = netns.unavailable() is None
-NODES = {"launcher": "netns", "link": "1gbit"} if EMULATED else {"launcher": "local"}
+NODES = {"network": "netns", "link": "1gbit"} if EMULATED else {"network": "loopback"}
 NEEDS_NETNS = pytest.mark.skipif(not EMULATED, reason=netns.unavailable() or "")
 
 
@@ -73,13 +73,13 @@ def test_two_simulated_nodes_train_as_one_process(worker_record, framework):
     two = _ok(_two_nodes(worker_record, framework))
     assert (two["nodes"], two["world_size"], two["devices"]) == (2, 2, 1)
     assert len(two["node_sec_per_epoch"]) == 2 and all(two["node_sec_per_epoch"])
-    assert two["cluster_launcher"] and two["launcher"] == NODES["launcher"]
+    assert two["engine_starter"] and two["network"] == NODES["network"]
     if EMULATED:       # each node its own address; its link carried its share (status ok)
         assert two["link"]["addresses"] == ["10.77.0.1", "10.77.0.2"]
         assert two["link"]["rate"] == "1gbit" and two["link"]["short"] is None
         assert all(two["link"]["tx_bytes"]) and all(two["link"]["rx_bytes"])
-    assert two["servers"] == (2 if registry.facts(framework).cluster == "dmlc" else None)
-    if registry.facts(framework).cluster in OWN_REPLICA_COUNT or two["placement"] is not None:
+    assert two["servers"] == (2 if registry.facts(framework).engine_starter == "dmlc" else None)
+    if registry.facts(framework).engine_starter in OWN_REPLICA_COUNT or two["placement"] is not None:
         _spans_the_nodes(two)
     _as_one_process(two)
     assert two["test_accuracy"] is not None
@@ -433,22 +433,22 @@ if os.environ.get("DL_COMPARE_NODE"):
 """}
 # one framework per engine (Keras on TensorFlow's placement is held to the same check by the
 # two-node test above)
-ALONE_RUNS = [next(f for f in having("nodes") if registry.facts(f).cluster == c)
-              for c in ALONE if any(registry.facts(f).cluster == c for f in having("nodes"))]
+ALONE_RUNS = [next(f for f in having("nodes") if registry.facts(f).engine_starter == c)
+              for c in ALONE if any(registry.facts(f).engine_starter == c for f in having("nodes"))]
 
 
 @pytest.mark.parametrize("framework", ALONE_RUNS)
 def test_the_nodes_check_fails_when_each_node_trains_alone(tmp_path, framework):
-    """The check above on a run whose every node trains alone, under --launcher local,
+    """The check above on a run whose every node trains alone, under --network loopback,
     where no link counts the bytes that cross: the placement fails it (1 device in 1
     process). TensorFlow's numbers pass (each worker trains on the whole batch, as one
     process does); JAX's step losses fail too (each process feeds its own rows only)."""
-    cluster = registry.facts(framework).cluster
-    planted = _ok(planted_run(tmp_path, ALONE[cluster], _lenet_glorot_config(
+    starter = registry.facts(framework).engine_starter
+    planted = _ok(planted_run(tmp_path, ALONE[starter], _lenet_glorot_config(
         framework, "native", 1, steps_per_epoch=STEPS, nodes=2, join_timeout=JOIN_TIMEOUT,
-        launcher="local")))
+        network="loopback")))
     with pytest.raises(AssertionError, match=r"spans 1 devices in 1 process\(es\), not 2 in 2"):
         _spans_the_nodes(planted)
-    if cluster == "jax-distributed":
+    if starter == "jax-distributed":
         with pytest.raises(AssertionError, match="step losses differ"):
             _as_one_process(planted)

@@ -108,7 +108,7 @@ def test_devices_of_each_nodes_one_process_run_in_turn(tmp_path):
     for batch in (64, 256):
         _record(tmp_path, 1, batch, 0.002 + batch * 1e-5, cores_per_device=1)
         _record(tmp_path, 1, batch, (0.002 + batch * 1e-5) / 2, cores_per_device=2)
-    _record(tmp_path, 2, 256, 0.004, processes=2, nodes=2, launcher="local", cores_per_device=1)
+    _record(tmp_path, 2, 256, 0.004, processes=2, nodes=2, network="loopback", cores_per_device=1)
     proc = run_python(["-m", "benchmarks.predict", str(tmp_path), "--link", "ib-100g"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     cells = _check_row((tmp_path / "predict.md").read_text(), "native")
@@ -143,7 +143,7 @@ def test_out_of_sample_fit_holds_back_batches_nodes_and_large_all_reduces(tmp_pa
         _record(runs / f"b{batch}", 1, batch, step(batch) * (1.1 if batch == 512 else 1),
                 cores_per_device=1)
     # a 2-node row, 1 device a node, whose step time would bend the fit if fitted on
-    _record(runs / "nodes", 1, 64, 1.0, nodes=2, launcher="local", cores_per_device=1)
+    _record(runs / "nodes", 1, 64, 1.0, nodes=2, network="loopback", cores_per_device=1)
     rows = [{"variant": "native", "bytes": n, "median_s": 1e-4 + n / 1e9}
             for n in (4096, 2**16, 2**20)] + [{"variant": "native", "bytes": 2**24, "median_s": 0.04}]
     write_atomic(dev / "pytorch-allreduce.devices.json", {"status": "ok", "rows": rows})

@@ -619,7 +619,7 @@ def test_a_profile_of_several_processes_is_refused_before_any_starts(devices, no
     from common.core.plan import RunConfig
     from common.launch.run import run
     cfg = RunConfig(framework="pytorch", mode="native", devices=devices, nodes=nodes,
-                    dataset="synthetic", profile_steps=3, launcher="local")
+                    dataset="synthetic", profile_steps=3, network="loopback")
     record = run(cfg)
     assert record["status"] == "not-applicable" and "profile it on 1 device" in record["error"]
 

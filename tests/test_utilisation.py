@@ -95,7 +95,7 @@ def check_fill(peak: float) -> None:
     """fill() on each made-up run: its own model's FLOPs, its samples/s shared by the
     devices of every node."""
     for (name, devices, nodes), shared in FILL_CASES.items():
-        record = fake_record(devices=devices, model=name, nodes=nodes, launcher="local")
+        record = fake_record(devices=devices, model=name, nodes=nodes, network="loopback")
         record["samples_per_sec"] = 1000.0
         utilisation.fill(record, peak, "a made-up peak")
         per_device, flops = 1000.0 / shared, HAND_FLOPS[name]
@@ -133,13 +133,18 @@ def test_a_planted_fill_fails(monkeypatch, plant):
 
 def test_the_cpu_peak_is_shared_by_devices_on_the_same_cores():
     gemm = {"gflops": 100.0, "library": "torch x sgemm", "size": 64, "threads": 2}
-    shared, text = utilisation.cpu_peak(fake_record(devices=2), gemm)
+    shared, text = utilisation.cpu_peak(fake_record(devices=2), gemm, True)
     assert shared == 50e9 and "torch x sgemm 64x64" in text and "1/2 each" in text
-    own, _ = utilisation.cpu_peak(fake_record(devices=2, cores_per_device=1), gemm)
+    own, _ = utilisation.cpu_peak(fake_record(devices=2, cores_per_device=1), gemm, True)
     assert own == 100e9                     # each device its own cores, measured on that many
-    none, why = utilisation.cpu_peak(fake_record(), {"error": "it failed"})
+    # 3 nodes of 2 devices: simulated here, the 6 share the cores; on machines of their
+    # own, a node's 2 do
+    across = fake_record(devices=2, nodes=3)
+    assert utilisation.cpu_peak(across, gemm, True)[0] == pytest.approx(100e9 / 6)
+    assert utilisation.cpu_peak(across, gemm, False)[0] == 50e9
+    none, why = utilisation.cpu_peak(fake_record(), {"error": "it failed"}, True)
     assert none is None and why == "it failed"
-    assert utilisation.cpu_peak(fake_record(), {}) == (None, utilisation.NO_CPU_PEAK)
+    assert utilisation.cpu_peak(fake_record(), {}, True) == (None, utilisation.NO_CPU_PEAK)
 
 
 # Student's t(0.975, n - 1), from printed tables (not from the code under test)
@@ -250,7 +255,7 @@ def _utilisation_records() -> list[dict]:
     """LeNet on 1 and 2 devices, and ResNet-18 on 2 devices on each of 3 nodes (the report
     shares its samples/s over all 6)."""
     records = [fake_record(secs=(1.0, 1.2, 1.1)), fake_record(devices=2, secs=(0.8,)),
-               fake_record(devices=2, model="resnet18", nodes=3, launcher="local", secs=(3.0,))]
+               fake_record(devices=2, model="resnet18", nodes=3, network="loopback", secs=(3.0,))]
     for r in records:
         utilisation.fill(r, 50e9, "a made-up peak")
         r.update(peak_memory_mb_per_device=[100.0] * r["devices"],

@@ -40,16 +40,16 @@ class RunConfig:
     warmup_steps: int = 2
     micro_batches: int = 1         # model mode: the batch flows through the stages in M parts
     schedule: str = "gpipe"        # model mode: a name in common.core.pipeline.SCHEDULES
-    # several machines (common.launch.nodes): `devices` is then per node. launcher "cluster":
-    # this machine is node `node_rank` and `master` (HOST:PORT) is node 0's address;
-    # "local": every node is simulated here, on loopback; "netns": every node emulated
-    # here in a network namespace of its own, joined by links shaped to `link` (a tc rate,
-    # or "unshaped"). node_hosts: every node's address, in node order (TensorFlow's
-    # TF_CONFIG lists every worker)
+    # several machines (common.launch.nodes): `devices` is then per node. network: a kind
+    # of common.launch.networks.NETWORKS (real machines, where this one is node
+    # `node_rank` and `master` (HOST:PORT) is node 0's address; every node simulated here
+    # on loopback; or each emulated here in a network namespace of its own, joined by
+    # links shaped to `link`: a tc rate, or "unshaped"). node_hosts: every node's address,
+    # in node order (TensorFlow's TF_CONFIG lists every worker)
     nodes: int = 1
     node_rank: int = 0
     master: str | None = None
-    launcher: str = "cluster"
+    network: str = "machines"
     node_hosts: list[str] | None = None
     link: str | None = None
     # MXNet's parameter servers across machines: "per-node", a server on every node (as

@@ -30,7 +30,7 @@ FEATURES = {
                   "statistics (what runs without --sync-bn)",
     "devices": "the device experiments (benchmarks.devices: frameworks/<name>/ops.py)",
     "scopes": "the device-scopes example (benchmarks.device_scopes: frameworks/<name>/scopes.py)",
-    "nodes": "native mode across several machines (--nodes N: the facts' cluster launcher)",
+    "nodes": "native mode across several machines (--nodes N: the facts' engine starter)",
 }
 
 _KERAS_SCRATCH = ("Keras has no from-scratch training loop of its own: its data "
@@ -92,9 +92,9 @@ class Framework:
     # runs when none is asked for ("*": every mode not named)
     executions: dict[str, str]
     default_execution: dict[str, str]
-    # how its engine starts on each of several machines (a key of common.launch.nodes.LAUNCHERS;
-    # "" where it has none: its `lacks` says why under "nodes")
-    cluster: str = ""
+    # how its engine starts on each of several machines (a key of
+    # common.launch.nodes.ENGINE_STARTERS; "" where it has none: its `lacks` says why under "nodes")
+    engine_starter: str = ""
     # what it cannot do, with the reason: a mode, an execution (every one of EXECUTIONS
     # is either in `executions` or here) or a feature (FEATURES)
     lacks: dict[str, str] = field(default_factory=dict)
@@ -194,8 +194,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                   **{"replica-bn": _KERAS_JAX_BN},
                   nodes="Keras on JAX across machines starts with keras.distribution.initialize "
                         "(jax.distributed: coordinator address, process count and id per "
-                        "node); the suite's 'jax-distributed' launcher (common/launch/nodes.py, "
-                        "which the jax row uses) is not wired to keras-jax's trainer yet",
+                        "node); the suite's 'jax-distributed' engine starter "
+                        "(common/launch/nodes.py, which the jax row uses) is not wired to "
+                        "keras-jax's trainer yet",
                   **_keras_on_tensorflow_only("JAX", _KERAS_JAX_STAGES)),
               env={"KERAS_BACKEND": "jax"}),
     Framework("keras-torch", "frameworks.keras", ("keras", "torch"), ("keras", "torch"),

@@ -1,4 +1,4 @@
-"""Emulated machines on this computer (--launcher netns): every node of a run in a Linux
+"""Emulated machines on this computer (--network netns): every node of a run in a Linux
 network namespace of its own, with its own address on an interface LINK_IF, the nodes
 joined by veth links through a bridge, each node's egress shaped to a rate with `tc ...
 tbf` (or unshaped). The bridge lives in a namespace of the run too, so nothing touches
@@ -65,10 +65,10 @@ def rate_bits(rate: str) -> float | None:
 def unavailable() -> str | None:
     """Why this machine cannot emulate nodes (None when it can)."""
     if os.geteuid() != 0:
-        return "--launcher netns needs root (network namespaces, veth links, tc)"
+        return "--network netns needs root (network namespaces, veth links, tc)"
     missing = [t for t in ("ip", "tc") if shutil.which(t) is None]
     if missing:
-        return f"--launcher netns needs {' and '.join(missing)} (Debian: apt-get install iproute2)"
+        return f"--network netns needs {' and '.join(missing)} (Debian: apt-get install iproute2)"
     return None
 
 

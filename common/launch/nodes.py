@@ -17,8 +17,9 @@ lead's progress lines on, and ends the run as failed, killing every local proces
 when a process fails, when the node has not joined within the join timeout (a node
 that never starts), or when its lead falls silent for that long after joining (a
 node that died). Every rank process is common/launch/rank.py. Every engine is handed
-the node's own address and interface (Cluster.own); with --launcher netns each node
-runs in a network namespace of its own (common/launch/netns.py)."""
+the node's own address and interface (Cluster.own); on --network netns each node
+runs in a network namespace of its own (common/launch/netns.py). Which nodes run here,
+and on what network, is common/launch/networks.py's."""
 from __future__ import annotations
 
 import ipaddress
@@ -40,8 +41,9 @@ from common.launch import netns, progress
 from common.launch.launcher import ROOT, LaunchError, RankInfo, child_env, log_tail
 
 RANK_SCRIPT = ROOT / "common" / "launch" / "rank.py"
-# How each framework's engine starts on a node (registry.Framework.cluster names one)
-LAUNCHERS = {
+# How each framework's engine starts on a node (registry.Framework.engine_starter names
+# one); a record keeps it as "engine_starter" ("cluster_launcher" in records before)
+ENGINE_STARTERS = {
     "torchrun": "torchrun (torch.distributed.run, c10d rendezvous; gloo on CPU, nccl on GPUs)",
     "paddle-launch": "paddle.distributed.launch (its HTTP rendezvous at --master; gloo on "
                      "CPU, nccl on GPUs)",
@@ -53,7 +55,13 @@ LAUNCHERS = {
             "per node, roles in DMLC_* variables",
 }
 
-# the launchers that run one worker process per node, holding all of its devices
+def engine_starter(record: dict) -> str | None:
+    """How a record's engine started across machines (records before the name:
+    "cluster_launcher")."""
+    return record.get("engine_starter") or record.get("cluster_launcher")
+
+
+# the engine starters that run one worker process per node, holding all of its devices
 ONE_WORKER_PER_NODE = ("dmlc", "jax-distributed")
 
 
@@ -61,12 +69,12 @@ ONE_WORKER_PER_NODE = ("dmlc", "jax-distributed")
 class Cluster:
     """Where a run's nodes are: N nodes, this process's share of them, the master."""
     nodes: int
-    local_nodes: tuple[int, ...]        # the node ranks started here (all with --launcher local)
+    local_nodes: tuple[int, ...]        # the node ranks started here (common.launch.networks)
     master_addr: str
     master_port: int
     hosts: tuple[str, ...] | None       # every node's address (TF_CONFIG lists all workers)
     join_timeout: float
-    net: netns.Network | None = None    # --launcher netns: every node in a namespace of its own
+    net: netns.Network | None = None    # --network netns: every node in a namespace of its own
 
     def host(self, node: int) -> str:
         return self.hosts[node] if self.hosts else self.master_addr
@@ -145,12 +153,12 @@ def node_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc
 
 
 def _engine_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc]:
-    kind = registry.facts(cfg.framework).cluster
+    starter = registry.facts(cfg.framework).engine_starter
     k, n = cfg.devices, cluster.nodes
     cfg_json = json.dumps(cfg.to_dict())
     py = registry.python(cfg.framework)
     addr, interface = cluster.own(node)
-    if kind == "torchrun":
+    if starter == "torchrun":
         return [Proc(node, "worker", [
             py, "-m", "torch.distributed.run", f"--nnodes={n}", f"--nproc-per-node={k}",
             f"--node-rank={node}", "--rdzv-backend=c10d",
@@ -162,7 +170,7 @@ def _engine_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[P
             # join timeout is left longer than ours, which ends the run first, with its message
             f"--rdzv-conf=is_host={int(node == 0)},join_timeout={int(cluster.join_timeout) + 60}",
             *_rank_argv(cfg_json, out_dir)], lead=True)]
-    if kind == "paddle-launch":
+    if starter == "paddle-launch":
         return [Proc(node, "worker", [
             py, "-m", "paddle.distributed.launch", "--master",
             f"{cluster.master_addr}:{cluster.master_port}", "--nnodes", str(n), "--rank", str(node),
@@ -171,7 +179,7 @@ def _engine_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[P
             f"dl-compare-{cluster.master_port}",
             "--log_dir", str(out_dir / "logs" / f"paddle-node{node}"),   # copied on failure
             *_rank_argv(cfg_json, out_dir)], lead=True)]
-    if kind == "tf-config":
+    if starter == "tf-config":
         # a worker per device, each on its own port of its node's host
         workers = [f"{cluster.host(m)}:{cluster.master_port + 1 + m * k + i}"
                    for m in range(n) for i in range(k)]
@@ -184,10 +192,10 @@ def _engine_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[P
                 # on a GPU machine, worker i's device is its GPU i (its only one)
                 "CUDA_VISIBLE_DEVICES": str(i)}, lead=i == 0))
         return procs
-    if kind == "jax-distributed":
+    if starter == "jax-distributed":
         return [Proc(node, "worker", [py, *_rank_argv(cfg_json, out_dir)],
                      _rank_env(node, n, 0, 1, cluster), lead=True)]
-    if kind == "dmlc":
+    if starter == "dmlc":
         count = servers(cfg.framework, n, cfg.servers)
         dmlc = {"DMLC_PS_ROOT_URI": cluster.master_addr, "DMLC_PS_ROOT_PORT": str(cluster.master_port),
                 "DMLC_NUM_SERVER": str(count), "DMLC_NUM_WORKER": str(n),
@@ -203,7 +211,7 @@ def _engine_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[P
                           {**dmlc, "DMLC_ROLE": "worker", **_rank_env(node, n, 0, 1, cluster)},
                           lead=True))
         return procs
-    raise LaunchError(f"{cfg.framework} has no multi-node launcher")
+    raise LaunchError(f"{cfg.framework} has no engine starter across machines")
 
 
 def _rank_env(rank: int, world: int, local: int, local_world: int, cluster: Cluster) -> dict:
@@ -217,7 +225,7 @@ SERVERS = ("per-node", "one")
 def servers(framework: str, nodes: int, placement: str = "per-node") -> int | None:
     """How many parameter servers a run has (MXNet's: one per node, or one on node 0);
     None without any."""
-    if registry.facts(framework).cluster != "dmlc":
+    if registry.facts(framework).engine_starter != "dmlc":
         return None
     return nodes if placement == "per-node" else 1
 
@@ -355,7 +363,7 @@ def run(cfg, cluster: Cluster, out_dir: Path, on_line: Callable[[str], None],
         p.cores = cores[p.node] if cores else None
     # a node's rank processes share its threads (torchrun would set 1 where this is
     # unset); MXNet and JAX run one worker process per node
-    per_node = 1 if registry.facts(cfg.framework).cluster in ONE_WORKER_PER_NODE else cfg.devices
+    per_node = 1 if registry.facts(cfg.framework).engine_starter in ONE_WORKER_PER_NODE else cfg.devices
     per_rank = max(1, cfg.threads // per_node)
     env = child_env(per_rank)
     supervise(procs, env, out_dir / "logs", cluster.join_timeout, on_line,

@@ -101,7 +101,7 @@ def rank_main(cfg: RunConfig, result_path: Path, tell: bool = True) -> None:
 
 
 def _link_counters():
-    """The node's link byte counters, where its launcher names the interface to count
+    """The node's link byte counters, where the node supervisor names the interface to count
     (common.launch.nodes, in an emulated node's namespace)."""
     interface = os.environ.get(netns.LINK_ENV)
     return (lambda: netns.counters(interface)) if interface else None

@@ -1,6 +1,6 @@
 """One run, start to record: in this process, in a rank process per device started
 here (common.launch.launcher), or across machines on the framework's own engine
-(common.launch.nodes). The epoch loop itself is common.core.loop; this module only
+(common.launch.nodes) over a network (common.launch.networks). The epoch loop itself is common.core.loop; this module only
 places it, pins its cores and turns its outcome into a record."""
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from common import models
 from common.core.contract import NotApplicable
 from common.core.loop import DIVERGENCE_FACTOR, train
 from common.core import profiling
@@ -21,7 +20,7 @@ from common.core.modes import MODES
 from common.core.plan import RunConfig
 from common.facts import data as data_mod, registry, settings as settings_mod
 from common.facts.machine import env_info, framework_version
-from common.launch import launcher, netns, nodes, progress
+from common.launch import launcher, networks, nodes, progress
 from common.launch.rank import _rank_main
 from common.results import profile, trace, utilisation
 from common.results.record import mark_not_installed, new_record, read_rank_parts
@@ -183,66 +182,47 @@ def _write_trace(record: dict, path: Path | None, parts: list[list[dict]]) -> No
 
 
 def _run_nodes(cfg: RunConfig, record: dict, mode, tell: bool, trace_path: Path | None) -> dict:
-    """A run across cfg.nodes machines on the framework's own engine (common.launch.nodes):
-    every node here with --launcher local, else this machine's one."""
+    """A run across cfg.nodes machines on the framework's own engine (common.launch.nodes),
+    on the nodes of cfg's network (common.launch.networks) that run here."""
     if not registry.is_installed(cfg.framework):
         return mark_not_installed(record)
+    network = networks.get(cfg.network)
+    facts = registry.facts(cfg.framework)
     why = (mode.across_nodes() or registry.gap(cfg.framework, "nodes")
            or mode.gap(cfg.framework, execution=cfg.execution))
     if why is None and cfg.sync_bn:
         why = "synchronised BatchNorm across machines is not run by the suite (one machine only)"
-    if why is None and registry.facts(cfg.framework).cluster == "tf-config" and (
-            cfg.launcher == "cluster" and not cfg.node_hosts):
+    if why is None and facts.engine_starter == "tf-config" and not network.knows_every_host(cfg):
         why = ("TF_CONFIG lists every worker's address: give every node's host with "
                "--node-hosts HOST0,HOST1,...")
     if why:
         record.update(status="not-applicable", error=why)
         return record
-    facts = registry.facts(cfg.framework)
-    record["cluster_launcher"] = nodes.LAUNCHERS[facts.cluster]
+    record["engine_starter"] = nodes.ENGINE_STARTERS[facts.engine_starter]
     record["servers"] = nodes.servers(cfg.framework, cfg.nodes, cfg.servers)
     say = progress.forward if tell else progress.silent
-    with outcome(record), contextlib.ExitStack() as stack:
-        if cfg.launcher == "netns":        # emulated machines: a namespace per node
-            net = stack.enter_context(netns.running(cfg.nodes, cfg.link))
-            addresses = tuple(net.address(n) for n in range(cfg.nodes))
-            cluster = nodes.Cluster(cfg.nodes, tuple(range(cfg.nodes)), addresses[0], netns.PORT,
-                                    addresses, cfg.join_timeout, net)
-            record["link"] = net.link()
-        elif cfg.launcher == "local":
-            cluster = nodes.Cluster(cfg.nodes, tuple(range(cfg.nodes)), "127.0.0.1",
-                                    launcher.free_port(), None, cfg.join_timeout)
-            record["link"] = {"kind": "loopback (the nodes share this machine's network stack)"}
-        else:
-            host, port = cfg.master.rsplit(":", 1)
-            cluster = nodes.Cluster(cfg.nodes, (cfg.node_rank,), host, int(port),
-                                    tuple(cfg.node_hosts) if cfg.node_hosts else None,
-                                    cfg.join_timeout)
-            address, interface = cluster.own(cfg.node_rank)
-            record["link"] = {"kind": "this machine's network", "address": address,
-                              "interface": interface}
+    with outcome(record), network.up(cfg) as (cluster, link):
+        record["link"] = link
         cores = None
         if cfg.cores_per_device:     # each node its own cores: C per device
             sets = launcher.core_sets(cfg.cores_per_device * cfg.devices, len(cluster.local_nodes))
             cores = dict(zip(cluster.local_nodes, sets))
             record["cpu_affinity"] = sets
-        if cfg.launcher != "cluster" and not cfg.cores_per_device:
+        if network.shares_cores and not cfg.cores_per_device:
             # the simulated nodes share this machine's threads
             cfg = dataclasses.replace(cfg, threads=max(1, cfg.threads // cfg.nodes))
         with tempfile.TemporaryDirectory(prefix="dl-compare-nodes-") as tmp:
             results = nodes.run(cfg, cluster, Path(tmp), say, cores)
             parts = trace.read_parts(tmp)      # this machine's ranks
             memory = utilisation.combine_ranks(read_rank_parts(tmp, "memory"))
-        carried = [r.pop("link_bytes", None) for r in results]
+        counted = [r.pop("link_bytes", None) for r in results]
         result = results[0]
         record["node_sec_per_epoch"] = [r["sec_per_epoch"] for r in results]
         record["device_names"] = result.pop("device_names")
         peak = result.pop("peak_memory_mb_device")
         _finish(record, result, facts, result["world_size"], peak, memory)
         _write_trace(record, trace_path, parts)
-        if cfg.launcher == "netns":
-            record["link"].update(netns.carried(carried, cfg.nodes, models.get(cfg.model),
-                                                sum(result["steps_per_epoch"])))
-            if record["link"]["short"]:
-                record.update(status="failed", error=record["link"]["short"])
+        record["link"].update(network.carried(counted, cfg, sum(result["steps_per_epoch"])))
+        if record["link"].get("short"):
+            record.update(status="failed", error=record["link"]["short"])
     return record

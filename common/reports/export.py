@@ -9,6 +9,7 @@ import io
 import json
 import statistics
 
+from common.launch import networks, nodes
 from common.reports import runs
 from common.results.record import COMPARE_KEYS, RECORD_KEYS
 
@@ -93,6 +94,10 @@ def rows(records: list[dict]) -> list[dict]:
     for r, row in zip(records, report):
         t = runs.timing(r) if r["status"] in ("ok", "failed", "interrupted") else runs.timing({})
         out.append({**{k: r.get(k) for k in RECORD_COLUMNS},
+                    # read under their names before too (older records)
+                    "network": r.get("network") or (networks.of(r).name if r.get("launcher")
+                                                    else None),
+                    "engine_starter": nodes.engine_starter(r),
                     **{k: how(r, t, row) for k, (_, how) in DERIVED.items()}})
     return out
 

@@ -18,6 +18,7 @@ from common.core import modes
 from common.facts import registry
 from common.facts.machine import cpu_line
 from common.facts.registry import NAMES
+from common.launch import networks
 from common.reports import settings as settings_report, utilisation, verdict
 from common.results.record import ok_repeats, schedule_of
 
@@ -95,7 +96,7 @@ def ideal_speedup(record: dict) -> int:
     1 for k virtual CPU devices that share the same cores (a 1-device run already uses
     them all)."""
     own = (record.get("device_kind") == "gpu" or record.get("cores_per_device")
-           or ((record.get("nodes") or 1) > 1 and record.get("launcher") == "cluster"))
+           or ((record.get("nodes") or 1) > 1 and not networks.of(record).shares_cores))
     return all_devices(record) if own else 1
 
 
@@ -441,10 +442,9 @@ def definitions(rows: list[dict], records: list[dict]) -> list[str]:
     if across:
         r = across[0]
         lines.append("N nodes: a run across N machines, each framework on its own engine (each "
-                     "record's cluster_launcher: torchrun, paddle.distributed.launch, TF_CONFIG "
+                     "record's engine_starter: torchrun, paddle.distributed.launch, TF_CONFIG "
                      "workers, MXNet's dist_sync parameter server); devices counts those of every "
-                     "node" + (", here simulated on this machine (--launcher local: each node its "
-                     "own processes on localhost)" if r.get("launcher") == "local" else "")
+                     "node" + networks.of(r).note
                      + ". node_sec_per_epoch in a record gives each node's own epoch times.")
     targets = [r for r in records if r.get("target_accuracy")]
     if targets:

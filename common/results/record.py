@@ -41,10 +41,12 @@ RECORD_KEYS = (
     "bytes_between_stages", "bubble", "bubble_gpipe",
     "stage_peak_micro_batches", "stage_peak_micro_batches_predicted", "stage_activation_bytes",
     "stage_activation_bytes_predicted", "activation_bytes_source", "pipeline_spans",
-    # several machines (common.launch.nodes): node count, this machine's node, how the nodes
-    # were started, the processes over all nodes, MXNet's parameter servers, and each
-    # simulated node's sec/epoch (--launcher local)
-    "nodes", "node_rank", "launcher", "cluster_launcher", "world_size", "servers",
+    # several machines (common.launch.nodes): node count, this machine's node, the network
+    # the nodes ran on (common.launch.networks; records written before it named it
+    # "launcher": read it with networks.of), how the framework's engine started on them
+    # (records before it: "cluster_launcher"), the processes over all nodes, MXNet's
+    # parameter servers, and each simulated node's sec/epoch (--network loopback)
+    "nodes", "node_rank", "network", "engine_starter", "world_size", "servers",
     "node_sec_per_epoch",
     # where the batch went, read from the steps' inputs, for the trainers whose numbers do
     # not show it (Trainer.placement: the devices and processes one step spans, each
@@ -84,7 +86,7 @@ def new_record(cfg: RunConfig) -> dict:
                   eval_samples=cfg.eval_samples, micro_batches=cfg.micro_batches,
                   schedule=cfg.schedule,
                   nodes=cfg.nodes, node_rank=cfg.node_rank if cfg.nodes > 1 else None,
-                  launcher=cfg.launcher if cfg.nodes > 1 else None,
+                  network=cfg.network if cfg.nodes > 1 else None,
                   status="failed",
                   sec_per_epoch=[], train_loss=[], step_losses=[], device_names=[])
     return record

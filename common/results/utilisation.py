@@ -42,24 +42,25 @@ def all_devices(record: dict) -> int:
     return record["devices"] * (record.get("nodes") or 1)
 
 
-def sharing(record: dict) -> int:
+def sharing(record: dict, nodes_share_cores: bool) -> int:
     """How many of a run's devices share the cores of one CPU peak measurement: 1 when
     each device has cores of its own (--cores-per-device: the GEMM ran on that many
-    threads) or a machine of its own; else every device of a machine (virtual devices, or
-    a process per device, on the same cores)."""
+    threads); a node's devices when each node is a machine of its own (not
+    nodes_share_cores: the record's network says, common.launch.networks); else every
+    device of the machine (virtual devices, or a process per device, on the same cores)."""
     if record.get("cores_per_device"):
         return 1
-    if (record.get("nodes") or 1) > 1 and record.get("launcher") == "cluster":
+    if (record.get("nodes") or 1) > 1 and not nodes_share_cores:
         return record["devices"]
     return all_devices(record)
 
 
-def cpu_peak(record: dict, gemm: dict) -> tuple[float | None, str]:
+def cpu_peak(record: dict, gemm: dict, nodes_share_cores: bool) -> tuple[float | None, str]:
     """(peak FLOP/s per device, what it is) on a CPU from compare's GEMM measurement;
     (None, why) when it failed or was not made."""
     if not gemm or gemm.get("gflops") is None:
         return None, (gemm or {}).get("error") or NO_CPU_PEAK
-    k = sharing(record)
+    k = sharing(record, nodes_share_cores)
     text = (f"{gemm['library']} {gemm['size']}x{gemm['size']} float32 product on "
             f"{gemm['threads']} thread(s): {gemm['gflops']:.1f} GFLOP/s, measured by compare")
     if k > 1:
