@@ -12,7 +12,8 @@ Records and plans written before the option was named --network keep the kind un
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from abc import ABC, abstractmethod
+from typing import ContextManager
 
 from common import models
 from common.launch import launcher, netns, nodes
@@ -22,9 +23,9 @@ class NetworkError(ValueError):
     """A network's options that do not fit: one line that says the fix."""
 
 
-class Network:
+class Network(ABC):
     name = ""              # --network NAME, and the record's "network"
-    old_name = ""          # its name under --launcher, accepted for one release
+    old_name = ""          # its name under --launcher, accepted for one release ("": none)
     about = ""             # one line for --help and errors
     # whether the nodes share this machine's cores: threads are split between them and
     # the ideal speed-up over nodes is 1
@@ -46,12 +47,10 @@ class Network:
         """Whether every node's address is known before the run (TF_CONFIG lists them)."""
         return True
 
-    @contextlib.contextmanager
-    def up(self, cfg) -> Iterator[tuple[nodes.Cluster, dict]]:
+    @abstractmethod
+    def up(self, cfg) -> ContextManager[tuple[nodes.Cluster, dict]]:
         """The network for the block: the cluster of cfg's nodes and what the record says
         of its link; taken down on every way out."""
-        raise NotImplementedError
-        yield
 
     def carried(self, counted: list[dict | None], cfg, steps: int) -> dict:
         """What the links carried in the `steps` timed steps (`counted`: each node's link
@@ -125,7 +124,7 @@ class _Here(Network):
 class Loopback(_Here):
     name, old_name = "loopback", "local"
     about = "simulate every node here, on localhost, each with its own processes"
-    note = (", here simulated on this machine (--network loopback: each node its own "
+    note = (f", here simulated on this machine (--network {name}: each node its own "
             "processes on localhost)")
 
     @contextlib.contextmanager
@@ -170,7 +169,7 @@ class Netns(_Here):
 NETWORKS: dict[str, Network] = {k.name: k for k in (Machines(), Loopback(), Netns())}
 DEFAULT = Machines.name
 # --launcher's values, read for one release: old name -> the kind
-OLD_NAMES = {k.old_name: k.name for k in NETWORKS.values()}
+OLD_NAMES = {k.old_name: k.name for k in NETWORKS.values() if k.old_name}
 
 
 def get(name: str) -> Network:
