@@ -203,6 +203,8 @@ def _run_nodes(cfg: RunConfig, record: dict, mode, tell: bool, trace_path: Path 
     say = progress.forward if tell else progress.silent
     with outcome(record), network.up(cfg) as (cluster, link):
         record["link"] = link
+        if len(cluster.local_nodes) == 1:   # this machine's node, as its network placed it
+            record["node_rank"] = cluster.local_nodes[0]      # (an allocation's, with Slurm)
         cores = None
         if cfg.cores_per_device:     # each node its own cores: C per device
             sets = launcher.core_sets(cfg.cores_per_device * cfg.devices, len(cluster.local_nodes))
