@@ -161,6 +161,7 @@ def build_parser() -> Parser:
     p.add_argument("--network", choices=networks.NETWORKS, default=RUN_DEFAULTS["network"],
                    help="; ".join(f"{k.name}: {k.about}" for k in networks.NETWORKS.values()))
     p.add_argument("--launcher", dest="network", choices=networks.OLD_NAMES, action=OldNetwork,
+                   default=argparse.SUPPRESS,
                    help="--network's old name, with its old values (" + ", ".join(
                        f"{old} for {new}" for old, new in networks.OLD_NAMES.items())
                    + "): accepted for one release")
