@@ -1,4 +1,4 @@
-"""The emulated network of --launcher netns (common/launch/netns.py) on its own, no
+"""The emulated network of --network netns (common/launch/netns.py) on its own, no
 engine: its links carry traffic between the nodes' namespaces at the rate asked for,
 count it, and the namespaces go on every way out, a killed owner's at the next start."""
 import json
