@@ -196,3 +196,19 @@ def test_jax_s_own_slurm_detection_is_held_to_the_suite_s_ranks(cluster, tmp_pat
     for record in records:
         assert record["status"] == "failed", record
         assert "Slurm detection made this process" in record["error"], record["error"]
+
+
+@pytest.mark.parametrize("framework", ["paddle", "mxnet"])
+def test_engines_that_take_no_host_name_get_the_master_s_address(framework, tmp_path):
+    """Slurm names its nodes; Paddle's launcher hosts its rendezvous only where --master's
+    host equals the node's own address (with a name no node did: both waited), and ZeroMQ
+    binds MXNet's scheduler to DMLC_PS_ROOT_URI, which takes no name ("bind failed").
+    Seen failing with the master's name handed on (cluster.master_addr)."""
+    from common.core.plan import RunConfig
+    from common.launch import nodes
+    cfg = RunConfig(framework=framework, mode="native", devices=1, nodes=2, launcher="cluster")
+    cluster = nodes.Cluster(2, (0,), "localhost", 29500, ("localhost", "localhost"), 60)
+    procs = nodes.node_processes(cfg, cluster, 0, tmp_path)
+    told = ([p.argv[p.argv.index("--master") + 1] for p in procs] if framework == "paddle"
+            else [f"{p.env['DMLC_PS_ROOT_URI']}:29500" for p in procs])
+    assert told and set(told) == {"127.0.0.1:29500"}, told
