@@ -13,6 +13,7 @@ bridge's namespace, 10.77.0.254 on the bridge: the login node, where srun and sb
 such a cluster (docs/nodes.md, "Machines from Slurm")."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -74,6 +75,7 @@ class SlurmCluster:
         self.dir.chmod(0o755)                 # munged wants its socket's folder open to all
         hosts = "".join(["127.0.0.1 localhost\n", f"{HEAD_ADDRESS} {HEAD}\n",
                          *(f"{net.address(i)} {node_name(i)}\n" for i in range(self.nodes))])
+        self.made_hosts_dir = not HOSTS_DIR.exists()
         for ns in self.namespaces:
             (HOSTS_DIR / ns).mkdir(parents=True, exist_ok=True)
             (HOSTS_DIR / ns / "hosts").write_text(hosts)
@@ -174,7 +176,10 @@ MailProg=/bin/true
 
     def __exit__(self, *exc) -> None:
         if getattr(self, "procs", None) and hasattr(self, "conf"):
-            self.run(["scancel", "--full", "--user", "root"], capture_output=True, timeout=30)
+            try:          # no step left running on a node when its slurmd goes
+                self.run(["scancel", "--full", "--user", "root"], capture_output=True, timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
         for p in reversed(self.procs):        # the node daemons first, munged last
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -186,6 +191,9 @@ MailProg=/bin/true
         if hasattr(self, "net"):
             for ns in self.namespaces:
                 shutil.rmtree(HOSTS_DIR / ns, ignore_errors=True)
+            if getattr(self, "made_hosts_dir", False):
+                with contextlib.suppress(OSError):      # unless another cluster's are there
+                    HOSTS_DIR.rmdir()
             netns.remove(self.net)
         if hasattr(self, "dir"):
             shutil.rmtree(self.dir, ignore_errors=True)

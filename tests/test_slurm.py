@@ -13,7 +13,7 @@ import pytest
 from benchmarks import compare
 from benchmarks.cli import UsageError
 from common.facts import registry
-from common.launch import slurm
+from common.launch import netns, slurm
 from common.launch.slurm import SlurmError, allocation, expand_hostlist
 from tests import slurm_cluster
 from tests.conftest import ROOT, covered, required
@@ -126,14 +126,32 @@ ENGINES = [f for f in ("pytorch", "jax") if f in covered()]
 JOIN_TIMEOUT = 60
 
 
-@pytest.fixture(scope="module")
-def cluster():
+def _need_slurm():
     if WHY:
         if set(required()) == set(registry.NAMES):        # DL_COMPARE_REQUIRE=all (CI)
             pytest.fail(f"Slurm is required here: {WHY}")
         pytest.skip(WHY)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    _need_slurm()
     with slurm_cluster.SlurmCluster(2) as c:
         yield c
+
+
+def test_the_cluster_runs_a_step_and_leaves_nothing_behind():
+    """Seen failing with the daemons left running by __exit__ (slurmd, slurmctld, munged)
+    and with the namespaces' hosts folders left in /etc/netns."""
+    _need_slurm()
+    with slurm_cluster.SlurmCluster(2) as c:
+        pids, spaces, folder = [p.pid for p in c.procs], c.namespaces, c.dir
+        shown = c.run(["srun", "-N2", "--ntasks-per-node=1", "hostname"], capture_output=True,
+                      text=True, timeout=60)
+        assert sorted(shown.stdout.split()) == ["n0", "n1"], shown.stderr
+    assert not [p for p in pids if os.path.exists(f"/proc/{p}")], "daemons left running"
+    assert not set(spaces) & set(netns._namespaces()) and not folder.exists()
+    assert not [ns for ns in spaces if (slurm_cluster.HOSTS_DIR / ns).exists()]
 
 
 def _srun(cluster, out, framework, plant="", join_timeout=JOIN_TIMEOUT):
