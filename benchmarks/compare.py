@@ -30,7 +30,7 @@ from common.core.pipeline import SCHEDULES
 from common.core.plan import RunConfig
 from common.experiments import gemm
 from common.facts.machine import env_info, gpu_count
-from common.launch import netns, nodes, progress as progress_lines
+from common.launch import netns, nodes, progress as progress_lines, slurm
 from common.results import utilisation
 from common.results.record import (FAILED, REPEAT_KEYS, RecordError, mark_not_installed, new_record,
                                    ok_repeats, read_record, record_filename, write_atomic)
@@ -147,11 +147,14 @@ def build_parser() -> Parser:
     p.add_argument("--node-hosts", default=None, metavar="HOST,HOST,...",
                    help="every machine's address in node order; TensorFlow and Keras need it "
                         "(TF_CONFIG lists every worker)")
-    p.add_argument("--launcher", choices=("cluster", "local", "netns"), default="cluster",
+    p.add_argument("--launcher", choices=("cluster", "local", "netns", "slurm"), default="cluster",
                    help="cluster: this machine is one of the --nodes; local: simulate all of "
                         "them here, on localhost, each with its own processes; netns: emulate "
                         "them here, each node in a network namespace of its own with its own "
-                        "address, joined by links of --link's rate (needs root, ip and tc)")
+                        "address, joined by links of --link's rate (needs root, ip and tc); "
+                        "slurm: this is one task of `srun --ntasks-per-node=1`, the nodes are "
+                        "the step's (each node's records in --out/node<R>)")
+    p.set_defaults(slurm=None)        # the allocation, filled in by --launcher slurm
     p.add_argument("--link", default=None, metavar="RATE",
                    help="with --launcher netns: each node's egress shaped to RATE (tc's units: "
                         "10mbit, 100mbit, 1gbit) or `unshaped` (the default)")
@@ -238,6 +241,8 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
 
 def check_nodes(args) -> None:
     """The several-machine options: consistent, or a UsageError with the fix."""
+    if args.launcher == "slurm":
+        from_slurm(args)
     given = [o for o, v in (("--node-rank", args.node_rank), ("--master", args.master),
                             ("--node-hosts", args.node_hosts)) if v is not None]
     if args.nodes == 1:
@@ -279,6 +284,31 @@ def check_nodes(args) -> None:
             raise UsageError(f"--node-hosts lists {len(hosts)} hosts for --nodes {args.nodes}; "
                              "give one per node, in node order")
         args.node_hosts = hosts
+
+
+def from_slurm(args) -> None:
+    """--launcher slurm: the several-machine options from the allocation this srun task
+    runs in (common/launch/slurm.py), this node then one of a cluster; each node's records
+    in a folder of its own under --out (the nodes may share a file system)."""
+    given = [o for o, v in (("--node-rank", args.node_rank), ("--master", args.master),
+                            ("--node-hosts", args.node_hosts), ("--link", args.link))
+             if v is not None]
+    if given:
+        raise UsageError(f"--launcher slurm reads the nodes from the allocation: drop {given[0]}")
+    try:
+        alloc = slurm.allocation(os.environ)
+    except slurm.SlurmError as e:
+        raise UsageError(str(e)) from None
+    if args.nodes not in (1, alloc.nodes):
+        raise UsageError(f"--nodes {args.nodes}, but the srun step runs on {alloc.nodes} nodes "
+                         f"({alloc.node_list}): drop --nodes, or srun -N {args.nodes}")
+    if alloc.nodes == 1:
+        raise UsageError(f"the srun step runs on 1 node ({alloc.node_list}): srun -N 2 or more, "
+                         "or drop --launcher slurm")
+    args.nodes, args.node_rank, args.master = alloc.nodes, alloc.node_rank, alloc.master
+    args.node_hosts, args.launcher, args.slurm = ",".join(alloc.hosts), "cluster", alloc.record()
+    out = Path(args.out) if args.out else Path("results") / f"slurm-{alloc.job_id}"
+    args.out = str(out / f"node{alloc.node_rank}")
 
 
 @dataclass

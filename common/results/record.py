@@ -44,7 +44,7 @@ RECORD_KEYS = (
     # several machines (common.launch.nodes): node count, this machine's node, how the nodes
     # were started, the processes over all nodes, MXNet's parameter servers, and each
     # simulated node's sec/epoch (--launcher local)
-    "nodes", "node_rank", "launcher", "cluster_launcher", "world_size", "servers",
+    "nodes", "node_rank", "launcher", "slurm", "cluster_launcher", "world_size", "servers",
     "node_sec_per_epoch",
     # where the batch went, read from the steps' inputs, for the trainers whose numbers do
     # not show it (Trainer.placement: the devices and processes one step spans, each
@@ -85,6 +85,7 @@ def new_record(cfg: RunConfig) -> dict:
                   schedule=cfg.schedule,
                   nodes=cfg.nodes, node_rank=cfg.node_rank if cfg.nodes > 1 else None,
                   launcher=cfg.launcher if cfg.nodes > 1 else None,
+                  slurm=cfg.slurm,
                   status="failed",
                   sec_per_epoch=[], train_loss=[], step_losses=[], device_names=[])
     return record
