@@ -1,6 +1,7 @@
 # make compare : set everything up, then compare every framework on Fashion-MNIST
 # make test    : set everything up, then run the whole test suite
 # make test-kernel-paths : the whole suite once per CPU kernel path (docs/testing.md)
+# make slurm   : Debian's Slurm and munge, for the tests' real Slurm (docs/nodes.md)
 VENV   ?= .venv
 PYTHON ?= python3
 PY     := $(VENV)/bin/python
@@ -14,7 +15,7 @@ STAMPS := $(STAMP) $(foreach e,$(ENVS),$(VENV)-$(e)/.installed)
 FMNIST := /usr/share/datasets/fashion-mnist
 ARGS   ?=
 
-.PHONY: compare test test-kernel-paths install data clean
+.PHONY: compare test test-kernel-paths install data slurm clean
 
 install: $(STAMPS)
 
@@ -36,6 +37,14 @@ data:
 	@test -d $(FMNIST) || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist; } || \
 	  echo "note: could not install Debian's dataset-fashion-mnist; compare will look elsewhere"
+
+# Debian's slurm-wlm (22.05) and munge: tests/test_slurm.py brings up its own controller
+# and a node daemon in each emulated node (tests/slurm_cluster.py); none is started here
+slurm:
+	@{ command -v slurmd && command -v munged; } >/dev/null || { command -v apt-get >/dev/null && \
+	  [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq --no-install-recommends slurm-wlm munge; } || \
+	  { echo "make slurm: could not install Debian's slurm-wlm and munge (needs root and apt-get)"; exit 1; }
 
 compare: $(STAMPS) data
 	$(PY) -m benchmarks.compare --framework all $(ARGS)

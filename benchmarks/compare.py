@@ -165,6 +165,7 @@ def build_parser() -> Parser:
                    help="--network's old name, with its old values (" + ", ".join(
                        f"{old} for {new}" for old, new in networks.OLD_NAMES.items())
                    + "): accepted for one release")
+    p.set_defaults(slurm=None)        # the allocation, filled in by --network slurm
     p.add_argument("--link", default=None, metavar="RATE",
                    help=f"with --network {networks.Netns.name}: each node's egress shaped to "
                         "RATE (tc's units: 10mbit, 100mbit, 1gbit) or `unshaped` (the default)")
@@ -252,7 +253,15 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
 
 def check_nodes(args) -> None:
     """The several-machine options: consistent, or a UsageError with the fix (the
-    network's own options: its kind's check)."""
+    network's own options: its kind's check; a kind whose nodes an allocation gives fills
+    them in first)."""
+    network = networks.get(args.network)
+    try:
+        network.place(args)
+        if args.nodes > 1:
+            network.check(args)
+    except networks.NetworkError as e:
+        raise UsageError(str(e)) from None
     if args.nodes == 1:
         given = [o for o, v in (("--node-rank", args.node_rank), ("--master", args.master),
                                 ("--node-hosts", args.node_hosts)) if v is not None]
@@ -261,11 +270,6 @@ def check_nodes(args) -> None:
         given += ["--servers one"] * (args.servers != RUN_DEFAULTS["servers"])
         if given:
             raise UsageError(f"{given[0]} is for runs across machines: add --nodes N (2 or more)")
-        return
-    try:
-        networks.get(args.network).check(args)
-    except networks.NetworkError as e:
-        raise UsageError(str(e)) from None
 
 
 @dataclass

@@ -261,7 +261,8 @@ DERIVED_WANT = {
     "cpu_model": "CPU Z", "cpu_count": 16, "cpu_vector_extensions": "AVX2 (avx2 fma)",
     "kernel_path_env": "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2",
     "gpu_model": "GPU Q", "python_version": "3.11.9", "numpy_version": "1.26.4",
-    "commit": "abc123-dirty", "settings": "tf32,cudnn-benchmark", "trace_file": "x.trace.json",
+    "commit": "abc123-dirty", "settings": "tf32,cudnn-benchmark", "slurm_job": "42:n[0-1]",
+    "trace_file": "x.trace.json",
 }
 
 
@@ -277,7 +278,7 @@ def _distinct_records() -> list[dict]:
     four.update(steps_per_epoch=[5, 9], eval_sec=[0.25, 0.75, 0.5], train_loss=[2.25, 1.25],
                 stage_sec=[0.125, 0.625], repeat_planned=6, env=DISTINCT_ENV,
                 trace={"file": "x.trace.json"}, cores_per_device="cores_per_device-value",
-                settings=["tf32", "cudnn-benchmark"])
+                settings=["tf32", "cudnn-benchmark"], slurm={"job_id": 42, "node_list": "n[0-1]"})
     return [one, four]
 
 

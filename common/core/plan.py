@@ -52,6 +52,9 @@ class RunConfig:
     network: str = "machines"
     node_hosts: list[str] | None = None
     link: str | None = None
+    # the Slurm allocation the nodes came from (compare --network slurm fills the options
+    # above from it: common/launch/slurm.py), as the record keeps it; None: given by hand
+    slurm: dict | None = None
     # MXNet's parameter servers across machines: "per-node", a server on every node (as
     # MXNet's own launcher starts them), or "one", on node 0 only (its link then carries
     # every worker's push and pull: the chapter's bottleneck)

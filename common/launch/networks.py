@@ -1,22 +1,25 @@
 """The networks a run across several machines runs on (compare --network), one class
-each, registered in NETWORKS: real machines given by hand, every node on this machine's
-loopback, every node emulated in a network namespace of its own. A kind says how its
-options must look, which nodes run here, whether they share this machine's cores, how
-its network comes up (the nodes.Cluster and the record's "link") and goes, and what its
-links carried. Nothing else compares a kind's name: adding one (Slurm: "machines" whose
-node rank, master and hosts come from the allocation's environment) is one class here
-and one row in NETWORKS.
+each, registered in NETWORKS: real machines given by hand, real machines from a Slurm
+allocation, every node on this machine's loopback, every node emulated in a network
+namespace of its own. A kind says how its options must look (or where it reads them:
+an allocation), which nodes run here, whether they share this machine's cores, how its
+network comes up (the nodes.Cluster and the record's "link") and goes, and what its
+links carried. Nothing else compares a kind's name: adding one is one class here and one
+row in NETWORKS.
 
 Records and plans written before the option was named --network keep the kind under
-"launcher", with the old names (cluster, local, netns): `of` reads both."""
+"launcher", with the old names (cluster, local, netns; a Slurm run's as cluster, with its
+"slurm"): `of` reads both."""
 from __future__ import annotations
 
 import contextlib
+import os
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import ContextManager
 
 from common import models
-from common.launch import launcher, netns, nodes
+from common.launch import launcher, netns, nodes, slurm
 
 
 class NetworkError(ValueError):
@@ -31,6 +34,11 @@ class Network(ABC):
     # the ideal speed-up over nodes is 1
     shares_cores = True
     note = ""              # what the report adds after "devices counts those of every node"
+
+    def place(self, args) -> None:
+        """Fill in args' several-machine options (--nodes, --node-rank, --master,
+        --node-hosts) where this kind reads them (an allocation), before they are checked;
+        NetworkError with the fix. Nothing where they are given by hand."""
 
     def check(self, args) -> None:
         """Validate args (compare's options) for this network, normalising them in place;
@@ -107,6 +115,38 @@ class Machines(Network):
                         "interface": interface}
 
 
+class Slurm(Machines):
+    """Machines from a Slurm allocation (common/launch/slurm.py): this process is one task
+    of `srun --ntasks-per-node=1`, and the step's nodes, this node's rank and the master
+    come from srun's variables; engines with Slurm support of their own use it (JAX)."""
+    name, old_name = "slurm", "slurm"
+    about = ("this is one task of `srun --ntasks-per-node=1`, the nodes are the step's (each "
+             "node's records in --out/node<R>)")
+
+    def place(self, args) -> None:
+        given = [o for o, v in (("--node-rank", args.node_rank), ("--master", args.master),
+                                ("--node-hosts", args.node_hosts), ("--link", args.link))
+                 if v is not None]
+        if given:
+            raise NetworkError(f"--network {self.name} reads the nodes from the allocation: "
+                               f"drop {given[0]}")
+        try:
+            alloc = slurm.allocation(os.environ)
+        except slurm.SlurmError as e:
+            raise NetworkError(str(e)) from None
+        if args.nodes not in (1, alloc.nodes):
+            raise NetworkError(f"--nodes {args.nodes}, but the srun step runs on {alloc.nodes} "
+                               f"nodes ({alloc.node_list}): drop --nodes, or srun -N {args.nodes}")
+        if alloc.nodes == 1:
+            raise NetworkError(f"the srun step runs on 1 node ({alloc.node_list}): srun -N 2 or "
+                               f"more, or drop --network {self.name}")
+        args.nodes, args.node_rank, args.master = alloc.nodes, alloc.node_rank, alloc.master
+        args.node_hosts, args.slurm = ",".join(alloc.hosts), alloc.record()
+        # each node's records in a folder of its own: the nodes may share a file system
+        out = Path(args.out) if args.out else Path("results") / f"slurm-{alloc.job_id}"
+        args.out = str(out / f"node{alloc.node_rank}")
+
+
 class _Here(Network):
     """Every node on this machine: the options that place a real machine do not apply."""
 
@@ -166,7 +206,7 @@ class Netns(_Here):
         netns.clean_stale()
 
 
-NETWORKS: dict[str, Network] = {k.name: k for k in (Machines(), Loopback(), Netns())}
+NETWORKS: dict[str, Network] = {k.name: k for k in (Machines(), Slurm(), Loopback(), Netns())}
 DEFAULT = Machines.name
 # --launcher's values, read for one release: old name -> the kind
 OLD_NAMES = {k.old_name: k.name for k in NETWORKS.values() if k.old_name}

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from common.facts import registry
-from common.launch import netns, progress
+from common.launch import netns, progress, slurm
 from common.launch.launcher import ROOT, LaunchError, RankInfo, child_env, log_tail
 
 RANK_SCRIPT = ROOT / "common" / "launch" / "rank.py"
@@ -75,6 +75,13 @@ class Cluster:
     hosts: tuple[str, ...] | None       # every node's address (TF_CONFIG lists all workers)
     join_timeout: float
     net: netns.Network | None = None    # --network netns: every node in a namespace of its own
+
+    @property
+    def master_ip(self) -> str:
+        """The master's address, for engines that take no host name (Slurm gives names):
+        ZeroMQ binds MXNet's scheduler to it; Paddle's launcher hosts its rendezvous only
+        where it equals the node's own address."""
+        return socket.gethostbyname(self.master_addr)
 
     def host(self, node: int) -> str:
         return self.hosts[node] if self.hosts else self.master_addr
@@ -145,6 +152,8 @@ def node_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc
     for p in procs:
         if interface:
             p.env.update(GLOO_SOCKET_IFNAME=interface, NCCL_SOCKET_IFNAME=interface)
+        if cfg.slurm:        # engines with Slurm support of their own use it (JAX)
+            p.env[slurm.CLUSTER_ENV] = slurm.CLUSTER
         if cluster.net is not None:
             p.argv = cluster.net.wrap(node, p.argv)
             if p.lead:       # the lead counts the link's bytes around the timed epochs
@@ -173,7 +182,7 @@ def _engine_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[P
     if starter == "paddle-launch":
         return [Proc(node, "worker", [
             py, "-m", "paddle.distributed.launch", "--master",
-            f"{cluster.master_addr}:{cluster.master_port}", "--nnodes", str(n), "--rank", str(node),
+            f"{cluster.master_ip}:{cluster.master_port}", "--nnodes", str(n), "--rank", str(node),
             "--host", addr,         # the endpoint its ranks advertise (else the hostname's)
             "--nproc_per_node", str(k), "--max_restart", "0", "--job_id",
             f"dl-compare-{cluster.master_port}",
@@ -197,7 +206,7 @@ def _engine_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[P
                      _rank_env(node, n, 0, 1, cluster), lead=True)]
     if starter == "dmlc":
         count = servers(cfg.framework, n, cfg.servers)
-        dmlc = {"DMLC_PS_ROOT_URI": cluster.master_addr, "DMLC_PS_ROOT_PORT": str(cluster.master_port),
+        dmlc = {"DMLC_PS_ROOT_URI": cluster.master_ip, "DMLC_PS_ROOT_PORT": str(cluster.master_port),
                 "DMLC_NUM_SERVER": str(count), "DMLC_NUM_WORKER": str(n),
                 # the address ps-lite advertises, and the interface it would take it from
                 "DMLC_NODE_HOST": addr, **({"DMLC_INTERFACE": interface} if interface else {})}

@@ -21,7 +21,7 @@ NOT_SCALAR = ("device_names", "cpu_affinity", "sec_per_epoch", "steps_per_epoch"
               "node_sec_per_epoch", "traceback", "env", "trace", "repeats",
               "peak_memory_mb_per_device", "stage_peak_micro_batches",
               "stage_peak_micro_batches_predicted", "stage_activation_bytes",
-              "stage_activation_bytes_predicted", "pipeline_spans", "placement", "settings")
+              "stage_activation_bytes_predicted", "pipeline_spans", "placement", "settings", "slurm")
 RECORD_COLUMNS = tuple(k for k in (*RECORD_KEYS, *COMPARE_KEYS) if k not in NOT_SCALAR)
 
 
@@ -80,6 +80,10 @@ DERIVED = {
     "settings": ("the settings of the framework's table (common/facts/settings.py) the run "
                  "applied, comma-separated; empty: the defaults (an untuned row)",
                  lambda r, t, row: ",".join(r.get("settings") or [])),
+    "slurm_job": ("the Slurm job and node list the nodes came from (compare --launcher slurm) "
+                  "as JOB:NODELIST; empty: nodes given by hand",
+                  lambda r, t, row: (r.get("slurm") or None) and
+                  f"{r['slurm']['job_id']}:{r['slurm']['node_list']}"),
     "trace_file": ("the run's timeline (compare --trace), empty when untraced; its times are "
                    "perturbed", lambda r, t, row: (r.get("trace") or {}).get("file")),
 }

@@ -46,7 +46,7 @@ RECORD_KEYS = (
     # "launcher": read it with networks.of), how the framework's engine started on them
     # (records before it: "cluster_launcher"), the processes over all nodes, MXNet's
     # parameter servers, and each simulated node's sec/epoch (--network loopback)
-    "nodes", "node_rank", "network", "engine_starter", "world_size", "servers",
+    "nodes", "node_rank", "network", "slurm", "engine_starter", "world_size", "servers",
     "node_sec_per_epoch",
     # where the batch went, read from the steps' inputs, for the trainers whose numbers do
     # not show it (Trainer.placement: the devices and processes one step spans, each
@@ -87,6 +87,7 @@ def new_record(cfg: RunConfig) -> dict:
                   schedule=cfg.schedule,
                   nodes=cfg.nodes, node_rank=cfg.node_rank if cfg.nodes > 1 else None,
                   network=cfg.network if cfg.nodes > 1 else None,
+                  slurm=cfg.slurm,
                   status="failed",
                   sec_per_epoch=[], train_loss=[], step_losses=[], device_names=[])
     return record

@@ -22,6 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from common import models
 from common.core.contract import NotApplicable, Trainer
 from common.facts.data import shard_bounds
+from common.launch import slurm
 
 from .devices import jax_device, local_devices
 from .models import sgd_update, training_step_fn
@@ -144,11 +145,25 @@ class Native:
         return MeshTrainer(self, model, params, devices, lr, execution, rank, world, sync_bn)
 
     # --- several machines: one process per node, jax.distributed (JAX has no launcher;
-    # common.launch.nodes starts the processes with the master as coordinator) ---
+    # common.launch.nodes starts the processes with the master as coordinator, or under
+    # Slurm, one per srun task, JAX finds its coordinator and place in srun's variables) ---
     def join(self, rank, timeout=None):
         # before anything touches a device: initialize must precede JAX's backends
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         _gloo_on_interface(os.environ.get("GLOO_SOCKET_IFNAME"))
+        if os.environ.get(slurm.CLUSTER_ENV) == slurm.CLUSTER:
+            jax.distributed.initialize(initialization_timeout=int(timeout or 300))
+            # JAX's Slurm detection numbers the processes by srun's tasks: the suite's ranks
+            # must be the same, or a node feeds another's rows (read from its state, not
+            # jax.process_index(), which would start the backends before setup)
+            from jax._src.distributed import global_state
+            found = (global_state.process_id, global_state.num_processes)
+            if found != (rank.rank, rank.world_size):
+                raise RuntimeError(
+                    f"jax.distributed's Slurm detection made this process {found[0]} of "
+                    f"{found[1]}, the suite's rank is {rank.rank} of {rank.world_size}: run "
+                    "one srun task per node")
+            return None
         jax.distributed.initialize(f"{rank.master_addr}:{rank.master_port}",
                                    num_processes=rank.world_size, process_id=rank.rank,
                                    initialization_timeout=int(timeout or 300))
