@@ -55,6 +55,7 @@ ENGINE_STARTERS = {
             "per node, roles in DMLC_* variables",
 }
 
+
 def engine_starter(record: dict) -> str | None:
     """How a record's engine started across machines (records before the name:
     "cluster_launcher")."""
