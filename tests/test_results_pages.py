@@ -73,6 +73,7 @@ SETTINGS_PAGES = {
                          "nvidia-h100-80gb-hbm3"),
     "cpu-2core-settings.md": (("cpu-2core-settings/jax-lenet",),
                               "intel-r-xeon-r-processor-2core-avx512"),
+    "cpu-2core-bf16.md": (("cpu-2core-bf16/lenet-native",), "amd-epyc-2core-avx512"),
 }
 
 
