@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import contextlib
 
-REPEATS = 10
+# 30: with 10, a plant of 4-6 ms sat within what another class moves by between two
+# windows on an idle 2-core AMD EPYC (AVX-512), fresh-clone CI: MXNet 4.4 ms against conv
+# backward +2.5, Keras on TensorFlow 6.4 ms against copies and layout +5.5
+REPEATS = 30
 # XLA's ReLU on the CPU is one cheap fused pass: 10 of them (forward and backward) add
 # about 2.5 ms to JAX's LeNet step of 32 images, at the check's 2 ms floor, and 40 about
 # 10 ms, within what a loaded machine moves its convolutions by (measured: 6 to 15 ms
 # for the same step's convolution gradients); 100 add about 25 ms
-JAX_REPEATS = 10 * REPEATS
-# MXNet's 10 added 16.8 ms on an idle 2-core Intel but 4.4 ms on an idle 2-core AMD EPYC
-# (AVX-512), where its engine's concurrent threads moved conv backward by 2.5 ms in the
-# same window (fresh-clone CI): 30 keep the plant well above that
-MXNET_REPEATS = 3 * REPEATS
+JAX_REPEATS = 100
 
 
 @contextlib.contextmanager
@@ -65,14 +64,14 @@ def _mxnet_relu():
 
     def repeated(relu):
         def many(x, *args, **kwargs):
-            for _ in range(MXNET_REPEATS - 1):
+            for _ in range(REPEATS - 1):
                 x = relu(x, *args, **kwargs)
             return relu(x, *args, **kwargs)
         return many
     act = nn.Activation.hybrid_forward
 
     def activation(self, F, x):
-        for _ in range(MXNET_REPEATS - 1):
+        for _ in range(REPEATS - 1):
             x = act(self, F, x)
         return act(self, F, x)
     mx.nd.relu, mx.sym.relu = repeated(mx.nd.relu), repeated(mx.sym.relu)
