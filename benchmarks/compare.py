@@ -263,8 +263,7 @@ def check_nodes(args) -> None:
     except networks.NetworkError as e:
         raise UsageError(str(e)) from None
     if args.nodes == 1:
-        given = [o for o, v in (("--node-rank", args.node_rank), ("--master", args.master),
-                                ("--node-hosts", args.node_hosts)) if v is not None]
+        given = networks.placement_given(args)
         given += [f"--network {args.network}"] * (args.network != RUN_DEFAULTS["network"])
         given += ["--link"] * (args.link is not None)
         given += ["--servers one"] * (args.servers != RUN_DEFAULTS["servers"])

@@ -37,8 +37,7 @@ import numpy as np
 from rich.console import Console
 
 from common import models
-from common.core.perf import (BACKWARD_SHARE, LINKS, RULE, Compute, Link, PowerLaw,  # noqa: F401
-                               allreduce_sec, predict, rule_batch_on_link)
+from common.core.perf import LINKS, Compute, Link, allreduce_sec, predict, rule_batch_on_link
 from common.launch import networks
 from common.launch.launcher import thread_env
 from common.reports import predict as page

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import links, predict
+from benchmarks import links
 from common.core import perf
 from common.reports import links as links_page
 from common import models
@@ -287,7 +287,7 @@ def test_a_bending_law_is_recovered_out_of_sample():
     held = links_page.compute_out_of_sample(m)["jax"]
     assert all(abs(held[b]["k b^alpha"]) < 1e-9 for b in law), held
     assert max(abs(held[b]["a + c b"]) for b in law) > 0.3, held
-    assert predict.PowerLaw(list(law.items()))(1024) == pytest.approx(2e-4 * 1024 ** 1.3)
+    assert perf.PowerLaw(list(law.items()))(1024) == pytest.approx(2e-4 * 1024 ** 1.3)
     # one engine run at a batch the others were not (compute runs merged for it alone)
     m["compute"]["tensorflow"] = [*law.items(), (64, 2e-4 * 64 ** 1.3)]
     row = next(r for r in links_page.compute_table(m) if r.startswith("| jax"))

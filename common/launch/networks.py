@@ -26,6 +26,13 @@ class NetworkError(ValueError):
     """A network's options that do not fit: one line that says the fix."""
 
 
+def placement_given(args) -> list[str]:
+    """The options that place this machine among real ones, as given on the command line
+    (a kind that places the nodes itself, or simulates them here, refuses them)."""
+    return [o for o, v in (("--node-rank", args.node_rank), ("--master", args.master),
+                           ("--node-hosts", args.node_hosts)) if v is not None]
+
+
 class Network(ABC):
     name = ""              # --network NAME, and the record's "network"
     old_name = ""          # its name under --launcher, accepted for one release ("": none)
@@ -124,9 +131,7 @@ class Slurm(Machines):
              "node's records in --out/node<R>)")
 
     def place(self, args) -> None:
-        given = [o for o, v in (("--node-rank", args.node_rank), ("--master", args.master),
-                                ("--node-hosts", args.node_hosts), ("--link", args.link))
-                 if v is not None]
+        given = placement_given(args) + ["--link"] * (args.link is not None)
         if given:
             raise NetworkError(f"--network {self.name} reads the nodes from the allocation: "
                                f"drop {given[0]}")
@@ -155,8 +160,7 @@ class _Here(Network):
         self.no_placement(args)
 
     def no_placement(self, args) -> None:
-        given = [o for o, v in (("--node-rank", args.node_rank), ("--master", args.master),
-                                ("--node-hosts", args.node_hosts)) if v is not None]
+        given = placement_given(args)
         if given:
             raise NetworkError(f"--network {self.name} simulates every node here: drop {given[0]}")
 

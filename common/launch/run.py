@@ -1,7 +1,8 @@
 """One run, start to record: in this process, in a rank process per device started
 here (common.launch.launcher), or across machines on the framework's own engine
-(common.launch.nodes) over a network (common.launch.networks). The epoch loop itself is common.core.loop; this module only
-places it, pins its cores and turns its outcome into a record."""
+(common.launch.nodes) over a network (common.launch.networks). The epoch loop itself is
+common.core.loop; this module only places it, pins its cores and turns its outcome into
+a record."""
 from __future__ import annotations
 
 import contextlib

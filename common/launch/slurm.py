@@ -8,7 +8,6 @@ coordinator and process id in the same variables itself (jax.distributed's Slurm
 detection), told to by CLUSTER_ENV."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 # set in the environment of every process a node starts when the nodes came from Slurm:
@@ -23,9 +22,6 @@ COMMAND = "srun -N NODES --ntasks-per-node=1 python -m benchmarks.compare --netw
 class SlurmError(ValueError):
     """The environment is not one srun task per node of an allocation: the message says
     what was wrong and what to run."""
-
-
-_PART = re.compile(r"([^,\[]*)(?:\[([^\]]*)\])?")
 
 
 def expand_hostlist(text: str) -> list[str]:
