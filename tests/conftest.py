@@ -96,21 +96,30 @@ def pytest_configure(config):
         raise pytest.UsageError("\n".join(problems))
 
 
-# One XLA compilation cache for the JAX processes of a test session (a folder per pytest
-# process, removed at its end): the same program, compiled in several processes (a
-# ResNet-18 step in the conformance checks and in worker runs), compiles once. Measured:
-# keras-jax's conformance checks 66 s -> 60 s on their own (the second pass of its
-# oracle check 8.4 s -> 2.6 s). The checks compare values, and a cached program is the
+# One compilation cache for the framework processes of a test session, shared by the
+# pytest processes that `-n 2` starts (they inherit the variable from the first, which
+# made the folder and removes it at its end): the same program, compiled in several
+# processes (a ResNet-18 step in the conformance checks and in worker runs), compiles
+# once. XLA's cache for JAX (measured: keras-jax's conformance checks 66 s -> 60 s on
+# their own; JAX's 2-device ResNet-18 scratch run 11.3 s -> 5.2 s after the conformance
+# process), and torch.compile's (Inductor's) in a folder that starts empty, as on a
+# fresh machine: its default folder under /tmp outlives the session, so a second run of
+# the suite compiled nothing (PyTorch's conformance checks 26 s warm, 64 s cold;
+# keras-torch's 56 s and 81 s). The checks compare values, and a cached program is the
 # same program.
-JAX_CACHE = tempfile.mkdtemp(prefix="dl-compare-tests-jax-")
-atexit.register(shutil.rmtree, JAX_CACHE, True)
+SHARED_CACHE = "DL_COMPARE_TESTS_CACHE"
+if SHARED_CACHE not in os.environ:
+    os.environ[SHARED_CACHE] = tempfile.mkdtemp(prefix="dl-compare-tests-cache-")
+    atexit.register(shutil.rmtree, os.environ[SHARED_CACHE], True)
+COMPILE_CACHES = {"JAX_COMPILATION_CACHE_DIR": os.path.join(os.environ[SHARED_CACHE], "xla"),
+                  "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
+                  "TORCHINDUCTOR_CACHE_DIR": os.path.join(os.environ[SHARED_CACHE], "inductor")}
 
 
 def subprocess_env(threads: int = THREADS, extra_path: str | None = None) -> dict:
     """A worker's environment (benchmarks.runner.worker_env), with `extra_path` first on
     the module path (fault injection: a fake framework, a planted bug)."""
-    env = worker_env(threads, JAX_COMPILATION_CACHE_DIR=JAX_CACHE,
-                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
+    env = worker_env(threads, **COMPILE_CACHES)
     if extra_path:
         env["PYTHONPATH"] = os.pathsep.join([extra_path, env["PYTHONPATH"]])
     return env

@@ -24,7 +24,7 @@ from tests.conftest import ROOT, subprocess_env
 NEEDS_NETNS = pytest.mark.skipif(netns.unavailable() is not None,
                                  reason=netns.unavailable() or "")
 
-STALL = 10                # --stall-timeout: seconds of no progress before the run ends
+STALL = 6                 # --stall-timeout: seconds of no progress before the run ends
 BOUND = STALL + 30        # fault to record: the stall, a step in flight, the stop, the write
 CUT = ("link", "set", netns.LINK_IF, "down")
 CRAWL = ("qdisc", "replace", "dev", netns.LINK_IF, "root", "tbf", "rate", "1kbit",

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import contextlib
 
-# 30: with 10, a plant of 4-6 ms sat within what another class moves by between two
-# windows on an idle 2-core AMD EPYC (AVX-512), fresh-clone CI: MXNet 4.4 ms against conv
-# backward +2.5, Keras on TensorFlow 6.4 ms against copies and layout +5.5
-REPEATS = 30
-# XLA's ReLU on the CPU is one cheap fused pass: 10 of them (forward and backward) add
-# about 2.5 ms to JAX's LeNet step of 32 images, at the check's 2 ms floor, and 40 about
-# 10 ms, within what a loaded machine moves its convolutions by (measured: 6 to 15 ms
-# for the same step's convolution gradients); 100 add about 25 ms
-JAX_REPEATS = 100
+# 100 for every framework. With 10, a plant of 4-6 ms sat within what another class moves
+# by between two windows on an idle 2-core AMD EPYC (AVX-512), fresh-clone CI: MXNet
+# 4.4 ms against conv backward +2.5, Keras on TensorFlow 6.4 ms against copies and layout
+# +5.5. With 30, the suite on the same machine kind (the other test process compiling
+# beside it) saw Paddle's +16.4 ms against conv backward +11.1. With 100 Paddle's plant
+# is +53 to +54 ms (4 of 4 there, a busy loop beside it). XLA's ReLU on the CPU is one
+# cheap fused pass: 10 of them (forward and backward) add about 2.5 ms to JAX's LeNet
+# step of 32 images, 100 about 25 ms.
+REPEATS = 100
 
 
 @contextlib.contextmanager
@@ -127,10 +127,10 @@ def _xla_loop(relu, repeats=REPEATS):
 
 @contextlib.contextmanager
 def _jax_relu():
-    """jax.nn.relu, which the models look up as they trace, JAX_REPEATS times over."""
+    """jax.nn.relu, which the models look up as they trace, REPEATS times over."""
     import jax
     relu = jax.nn.relu
-    jax.nn.relu = _xla_loop(relu, JAX_REPEATS)
+    jax.nn.relu = _xla_loop(relu)
     try:
         yield
     finally:

@@ -69,7 +69,7 @@ def test_the_probe_all_reduces_across_the_link(tmp_path):
     old = links.PROBE_IFNAME
     try:
         links.PROBE_IFNAME = "lo"
-        links.probe(planted, 2, netns.UNSHAPED, nbytes, timeout=20)
+        links.probe(planted, 2, netns.UNSHAPED, nbytes, timeout=8)
     finally:
         links.PROBE_IFNAME = old
     assert "error" in json.loads(planted.read_text())

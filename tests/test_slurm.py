@@ -196,7 +196,7 @@ def test_a_node_rank_read_wrong_fails_the_run(cluster, tmp_path):
     if framework is None:
         pytest.skip("neither mxnet nor paddle is installed")
     done, records = _srun(cluster, tmp_path, framework, "export SLURM_NODEID=0;",
-                          join_timeout=15)
+                          join_timeout=10)
     assert done.returncode != 0
     for record in records:
         assert record["node_rank"] == 0 and record["status"] == "failed", record
