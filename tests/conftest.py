@@ -242,12 +242,66 @@ RUN_SHAPE = {"lenet": {"batch_size": 256, "lr": 0.2, "steps_per_epoch": 20, "ini
                           "warmup_steps": 1, "init": "chapter"}}
 
 
+class WorkerServer:
+    """tests/worker_server.py for one framework at a time: the worker runs of
+    worker_record that need nothing at their process's start (`served`) share its
+    start-up. A request for another framework ends the one running (the tests of
+    tests/test_training.py come grouped by framework: pytest_collection_modifyitems);
+    a server that dies is reported with its log and started again on the next request."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.framework, self.proc, self.log = folder, None, None, None
+
+    def run(self, framework: str, cfg: dict, out: Path, timeout: int = 600) -> str | None:
+        """None once the record is written, else why not."""
+        import threading
+        from tests.worker_server import DONE
+        if self.framework != framework or self.proc is None or self.proc.poll() is not None:
+            self.close()
+            self.framework, self.log = framework, self.folder / f"{framework}.log"
+            self.proc = subprocess.Popen(
+                [registry.python(framework), "-m", "tests.worker_server", framework], cwd=ROOT,
+                env=subprocess_env(THREADS), text=True, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=self.log.open("w"))
+        watchdog = threading.Timer(timeout, self.proc.kill)
+        watchdog.start()
+        try:
+            self.proc.stdin.write(json.dumps({"cfg": cfg, "out": str(out)}) + "\n")
+            self.proc.stdin.flush()
+            for line in self.proc.stdout:         # a framework's own prints pass by
+                if line.startswith(DONE):
+                    return None
+        except BrokenPipeError:
+            pass
+        finally:
+            watchdog.cancel()
+        code = self.proc.wait()
+        self.proc = None
+        return f"{framework}'s worker server ended (exit {code}):\n{self.log.read_text()[-3000:]}"
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.proc = None
+
+
+def served(cfg: dict) -> bool:
+    """Whether a worker run can share a process with others (WorkerServer): not one whose
+    setting's environment, pinned cores or planted module act at its process's start."""
+    return not (cfg.get("settings") or cfg.get("cores_per_device"))
+
+
 @pytest.fixture(scope="session")
 def worker_record(tmp_path_factory):
     """(framework, mode, devices, model, steps, sync_bn, execution, micro_batches, **more
-    RunConfig fields) -> the record of a real worker run on synthetic data, run once and shared by the tests that
-    need it."""
+    RunConfig fields) -> the record of a real worker run on synthetic data, run once and
+    shared by the tests that need it."""
     cache = {}
+    server = WorkerServer(tmp_path_factory.mktemp("servers"))
 
     def get(framework, mode, devices, model="lenet", steps=None, sync_bn=False, execution=None,
             micro_batches=1, **extra):
@@ -264,14 +318,19 @@ def worker_record(tmp_path_factory):
                    **RUN_SHAPE[model], **extra}
             if steps is not None:
                 cfg["steps_per_epoch"] = steps
-            proc = run_python(["-m", "benchmarks.workers.run", json.dumps(cfg), str(out)], threads=THREADS,
-                              framework=framework)
-            assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
+            if served(cfg):
+                why = server.run(framework, cfg, out)
+                assert why is None and out.exists(), why
+            else:
+                proc = run_python(["-m", "benchmarks.workers.run", json.dumps(cfg), str(out)],
+                                  threads=THREADS, framework=framework)
+                assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
             cache[key] = json.loads(out.read_text())
             if cache[key].get("trace"):     # a traced run's timeline, beside its record
                 cache[key]["trace"]["path"] = str(out.parent / cache[key]["trace"]["file"])
         return cache[key]
-    return get
+    yield get
+    server.close()
 
 
 def pytest_report_header(config):
@@ -288,6 +347,17 @@ def pytest_report_header(config):
 LONGEST_FIRST = ("test_training.py", "test_conformance.py")
 
 
+# test_training.py's tests come grouped by framework, in registry order, those of no one
+# framework last: each framework's worker runs then share one WorkerServer's start-up.
+GROUPED_BY_FRAMEWORK = ("test_training.py",)
+
+
+def _order(item) -> tuple[int, int]:
+    file = LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST)
+    framework = item.callspec.params.get("framework") if hasattr(item, "callspec") else None
+    grouped = item.path.name in GROUPED_BY_FRAMEWORK and framework in registry.NAMES
+    return file, registry.NAMES.index(framework) if grouped else len(registry.NAMES)
+
+
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: LONGEST_FIRST.index(item.path.name)
-               if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST))
+    items.sort(key=_order)

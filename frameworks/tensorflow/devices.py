@@ -15,15 +15,23 @@ class Devices:
     distinct_cpu_devices = True   # logical CPU devices
 
     def setup(self, cpu_devices=1, threads=None):
-        if threads:
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(threads)
-        for gpu in tf.config.list_physical_devices("GPU"):
-            tf.config.experimental.set_memory_growth(gpu, True)
-        if cpu_devices > 1:
-            cpu = tf.config.list_physical_devices("CPU")[0]
-            tf.config.set_logical_device_configuration(
-                cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_devices)
+        try:
+            if threads:
+                tf.config.threading.set_intra_op_parallelism_threads(threads)
+                tf.config.threading.set_inter_op_parallelism_threads(threads)
+            for gpu in tf.config.list_physical_devices("GPU"):
+                tf.config.experimental.set_memory_growth(gpu, True)
+            if cpu_devices > 1:
+                cpu = tf.config.list_physical_devices("CPU")[0]
+                tf.config.set_logical_device_configuration(
+                    cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_devices)
+        except RuntimeError:   # TensorFlow has started: fine if it already has what is asked
+            have = len(tf.config.list_logical_devices("CPU"))
+            pool = tf.config.threading.get_intra_op_parallelism_threads()
+            if have < cpu_devices or (threads and pool != threads):
+                raise ValueError(f"TensorFlow started with {have} CPU devices and {pool} threads; "
+                                 f"setup(cpu_devices={cpu_devices}, threads={threads}) must come "
+                                 "before any TensorFlow operation") from None
 
     def version(self):
         return tf.__version__

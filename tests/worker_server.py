@@ -1,0 +1,43 @@
+"""Several of the tests' worker runs of one framework in one process:
+
+    python -m tests.worker_server FRAMEWORK
+
+Each line on stdin is a request, {"cfg": a RunConfig as a dict, "out": a path}; the
+process runs it as benchmarks.workers.run does (common.launch.run.run), writes the record
+to "out" and answers with a line that starts with DONE. It ends when stdin closes.
+
+Why: a worker run's own work in the tests is a few steps; its framework's import and
+start-up are most of its time (PyTorch 4.5 s for a LeNet run of 3 steps, 3.5 s of it
+start-up; TensorFlow's and Keras's more), and tests/test_training.py starts dozens.
+Served runs share one start-up, as the conformance checks do (tests/conformance.py).
+What a run needs at its process's start is not served (tests/conftest.py, `served`):
+a setting, pinned cores, a planted module. Each framework sets its devices up once, for
+the most any served run uses (SERVED_DEVICES); a run on fewer uses the first."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+DONE = "@worker-server-done"
+SERVED_DEVICES = 2
+
+
+def main(framework: str) -> int:
+    from common.core.plan import RunConfig
+    from common.facts import registry
+    from common.launch.run import run
+    from common.results.record import write_atomic
+    registry.get(framework).setup(cpu_devices=SERVED_DEVICES,
+                                  threads=int(os.environ.get("OMP_NUM_THREADS", "1")))
+    for line in sys.stdin:
+        request = json.loads(line)
+        cfg, out = RunConfig(**request["cfg"]), Path(request["out"])
+        write_atomic(out, run(cfg, trace_path=out.with_suffix(".trace.json")))
+        print(DONE, out, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
