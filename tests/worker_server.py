@@ -29,8 +29,11 @@ def main(framework: str) -> int:
     from common.facts import registry
     from common.launch.run import run
     from common.results.record import write_atomic
-    registry.get(framework).setup(cpu_devices=SERVED_DEVICES,
-                                  threads=int(os.environ.get("OMP_NUM_THREADS", "1")))
+    backend = registry.get(framework)
+    backend.setup(cpu_devices=SERVED_DEVICES, threads=int(os.environ.get("OMP_NUM_THREADS", "1")))
+    # started now, with them: a run's own setup (on fewer) then finds it started, where
+    # before it would set the count again (JAX's is read when its first array is made)
+    backend.devices(SERVED_DEVICES)
     for line in sys.stdin:
         request = json.loads(line)
         cfg, out = RunConfig(**request["cfg"]), Path(request["out"])

@@ -109,6 +109,13 @@ class Framework:
     environment: str = ""
 
 
+# JAX's profile names XLA's fused instructions from the live executables' HLO: one loaded
+# from the persistent compilation cache (JAX_COMPILATION_CACHE_DIR) ran under names that
+# HLO does not give (measured: 74.6 % of LeNet's op time unmapped, ynn_fusion.10 ...,
+# where the same program compiled in the process was all mapped), so a profiled process
+# compiles its own
+_JAX_PROFILE_ENV = {"JAX_ENABLE_COMPILATION_CACHE": "false"}
+
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("pytorch", "frameworks.pytorch", ("torch",), ("torch",), "pytorch",
               "torch.nn.parallel.DistributedDataParallel, one process per device "
@@ -166,7 +173,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"*": "compiled", "model": "eager"}, "jax-distributed",
               {"graph": "JAX's graph is its compiler's input: jax.jit traces a jaxpr that XLA "
                         "compiles (--execution compiled)",
-               "dataparallel": _NOT_DATAPARALLEL.format("jax")}),
+               "dataparallel": _NOT_DATAPARALLEL.format("jax")},
+              profile_env=_JAX_PROFILE_ENV),
     # Keras 3, one row per backend (KERAS_BACKEND, set before Keras loads), one package
     Framework("keras-tensorflow", "frameworks.keras", ("keras", "tensorflow"), ("keras", "tensorflow"),
               "keras-tensorflow", "model.fit under tf.distribute.MirroredStrategy "
@@ -198,7 +206,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                         "(common/launch/nodes.py, which the jax row uses) is not wired to "
                         "keras-jax's trainer yet",
                   **_keras_on_tensorflow_only("JAX", _KERAS_JAX_STAGES)),
-              env={"KERAS_BACKEND": "jax"}),
+              env={"KERAS_BACKEND": "jax"}, profile_env=_JAX_PROFILE_ENV),
     Framework("keras-torch", "frameworks.keras", ("keras", "torch"), ("keras", "torch"),
               "keras-torch", "model.fit on one device (Keras 3.15's torch backend has no "
               "keras.distribution)", False,
