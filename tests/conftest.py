@@ -340,60 +340,26 @@ def pytest_report_header(config):
     return "CPU: " + cpu_line(cpu_info())
 
 
-# How `make test` shares the tests between its two processes (`-n 2 --dist loadfile`): a
-# unit of tests runs whole in one process, in the order below, the longest first, so that
-# no long unit starts last and runs alone while the other process idles (xdist's own
-# order, by the count of tests, put test_docs.py's 180 quick tests before
-# test_training.py's 76 slow ones). A unit is a file (its tests share their session's
-# cached runs), but test_conformance.py's checks are a unit per framework
-# (pytest_xdist_make_scheduler): each framework's checks are one process of their own
-# anyway (tests/conformance.py), and the file whole (526 s of a 1303 s suite, summed over
-# its tests, on a 2-core AMD EPYC with AVX-512) outlasted all that the other process ran
-# beside it. (`--dist loadgroup` with xdist_group marks would say the same, but xdist
-# 3.8 under pytest 9.2 spreads a group's tests over both processes: measured.)
+# The longest test files go first: `make test` runs a file at a time in each of two
+# processes, and a long file started last would run alone at the end while the other
+# process idles (measured on 2 cores: test_training.py takes about 500 s of a 700 s
+# suite, test_conformance.py about 330 s). test_conformance.py stays one file in one
+# process: its framework processes compile (XLA, torch.compile) at full tilt, and split
+# a framework per unit over both pytest processes, two of them at once, the suite's CPU
+# time grew by about 200 s and its wall time with it (fresh-clone CI on a 2-core AMD EPYC
+# with AVX-512: 783 s against 696 s with the file whole; one run each).
 LONGEST_FIRST = ("test_training.py", "test_conformance.py")
-SPLIT_BY_FRAMEWORK = ("test_conformance.py",)
 # test_training.py's tests come grouped by framework, in registry order, those of no one
 # framework last: each framework's worker runs then share one WorkerServer's start-up.
-ORDERED_BY_FRAMEWORK = ("test_training.py", "test_conformance.py")
-
-
-def _framework(item) -> str | None:
-    framework = item.callspec.params.get("framework") if hasattr(item, "callspec") else None
-    return framework if framework in registry.NAMES else None
+GROUPED_BY_FRAMEWORK = ("test_training.py",)
 
 
 def _order(item) -> tuple[int, int]:
-    name = item.path.name
-    file = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
-    framework = _framework(item) if name in ORDERED_BY_FRAMEWORK else None
-    return file, registry.NAMES.index(framework) if framework else len(registry.NAMES)
+    file = LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST)
+    framework = item.callspec.params.get("framework") if hasattr(item, "callspec") else None
+    grouped = item.path.name in GROUPED_BY_FRAMEWORK and framework in registry.NAMES
+    return file, registry.NAMES.index(framework) if grouped else len(registry.NAMES)
 
 
 def pytest_collection_modifyitems(items):
     items.sort(key=_order)
-
-
-def unit(nodeid: str) -> str:
-    """The unit a test is scheduled in: its file, or in SPLIT_BY_FRAMEWORK its file and the
-    framework its id starts with ("test_conformance[keras-jax-device_api]": keras-jax)."""
-    file = nodeid.split("::", 1)[0]
-    if Path(file).name in SPLIT_BY_FRAMEWORK and "[" in nodeid:
-        ids = nodeid[nodeid.index("[") + 1:]
-        named = [f for f in registry.NAMES if ids.startswith((f + "-", f + "]"))]
-        if named:
-            return f"{file}:{max(named, key=len)}"
-    return file
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadfile` by unit(), in collection order (pytest_collection_modifyitems)."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ByUnit(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return unit(nodeid)
-    config.option.loadscopereorder = False
-    return ByUnit(config, log)

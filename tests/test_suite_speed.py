@@ -1,7 +1,5 @@
-"""What keeps the suite fast does not change what it checks. The scheduling unit of a
-test (tests/conftest.py, unit) keeps each framework's conformance checks in one process.
-The tests' worker server (tests/worker_server.py) gives the record a process of its own
-gives: a run served after another run equals the same run started alone, step loss by
+"""What keeps the suite fast does not change what it checks. The tests' worker server
+(tests/worker_server.py) gives the record a process of its own gives: a run served after another run equals the same run started alone, step loss by
 step loss and parameter by parameter, and one that a previous run's process-wide state
 reached does not (planted: a run with torch.autocast's process-wide setting served first,
 the reason conftest.served keeps settings out)."""
@@ -10,24 +8,12 @@ import json
 import pytest
 
 from common.facts import registry
-from tests.conftest import RUN_SHAPE, THREADS, WorkerServer, run_python, unit
+from tests.conftest import RUN_SHAPE, THREADS, WorkerServer, run_python
 
 RUN = {"framework": "pytorch", "mode": "native", "devices": 1, "model": "lenet",
        "dataset": "synthetic", "epochs": 1, "threads": THREADS, **RUN_SHAPE["lenet"],
        "steps_per_epoch": 3, "init": "glorot"}
 BEFORE = {**RUN, "mode": "scratch", "devices": 2}
-
-
-def test_each_framework_s_conformance_checks_are_one_unit():
-    """Every check of a framework, and only its, in one unit: the framework's conformance
-    process runs once (a second unit in the other pytest process would start it again)."""
-    path = "tests/test_conformance.py"
-    assert unit(f"{path}::test_conformance[keras-jax-device_api]") == f"{path}:keras-jax"
-    assert unit(f"{path}::test_conformance[jax-oracle_chapter_init[lenet]]") == f"{path}:jax"
-    assert unit(f"{path}::test_1f1b_equals_gpipe_with_a_process_per_stage[paddle]") == f"{path}:paddle"
-    assert unit(f"{path}::test_predict_check_fails_on_a_planted_bug") == path
-    assert unit("tests/test_training.py::test_step_losses_match_numpy_oracle[jax-lenet]") == \
-        "tests/test_training.py"
 
 
 def _served(tmp_path, first: dict) -> dict:
