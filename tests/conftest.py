@@ -347,7 +347,10 @@ def pytest_report_header(config):
 # process: its framework processes compile (XLA, torch.compile) at full tilt, and split
 # a framework per unit over both pytest processes, two of them at once, the suite's CPU
 # time grew by about 200 s and its wall time with it (fresh-clone CI on a 2-core AMD EPYC
-# with AVX-512: 783 s against 696 s with the file whole; one run each).
+# with AVX-512: 783 s against 696 s with the file whole; one run each, and the later runs
+# with the file whole took 840-856 s in a slower spell of the machine, so the split's
+# cost is not settled). Note that xdist's loadfile orders files by their count of tests
+# (--loadscope-reorder, its default), not by this order; within a file it is kept.
 LONGEST_FIRST = ("test_training.py", "test_conformance.py")
 # test_training.py's tests come grouped by framework, in registry order, those of no one
 # framework last: each framework's worker runs then share one WorkerServer's start-up.
