@@ -302,8 +302,6 @@ def scratch_two_devices_match_oracle(b, name):
     want_losses, want_params, _ = _oracle_steps(name, 2, _unbiased(b, name))
     from common.core.scratch import train_batch
     execution = registry.default_execution(b.name, "scratch")
-    for r in rep2 + rep1:             # as ScratchTrainer does: a replica's steps run as it says
-        r.execution = execution
     step2 = b.bind_train_batch(train_batch, rep2, two, lr, execution)
     step1 = b.bind_train_batch(train_batch, rep1, one, lr, execution) if with_one else None
     for step, (X, y) in enumerate(batches):

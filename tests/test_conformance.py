@@ -414,7 +414,7 @@ def test_resnet18_with_a_process_per_stage_matches_the_oracle(framework, rank_ru
 
 
 # scratch_two_devices_match_oracle runs the framework's default scratch execution: its
-# replicas carry it, as ScratchTrainer's do. Before they did, JAX's replicas ran eagerly
+# replicas carry it (Backend.bind_train_batch sets it on them). Before they did, JAX's replicas ran eagerly
 # (op by op: 588 small programs for ResNet-18, 26 s against 11.5 s) while the check
 # named "compiled", so a broken compiled step passed. Planted: every shard's loss 1.5x
 # where the replica runs in the default execution.

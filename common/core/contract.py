@@ -391,12 +391,21 @@ class Backend(ABC):
     def bind_train_batch(self, train_batch: Callable, replicas: list[Replica],
                          devices: Sequence[str], lr: float, execution: str) -> Callable:
         """The chapter's train_batch (common/core/scratch.py passes it in) bound to one replica
-        set: a function of (X, y) run the way `execution` says. By default it runs as
-        Python calls it, and shard_loss_and_grads compiles its own part where the
-        replicas' execution asks for it; a framework that traces whole steps (TensorFlow)
-        wraps it here."""
+        set: a function of (X, y) run the way `execution` says. The replicas run in
+        `execution` from here on (every framework's shard_loss_and_grads and sgd read
+        theirs), so that no caller can bind a step to one execution and leave its
+        replicas in another; wrap_train_batch then wraps the step."""
         self.check_execution(execution)
-        return lambda X, y: train_batch(self, X, y, replicas, devices, lr)
+        for r in replicas:
+            r.execution = execution
+        return self.wrap_train_batch(lambda X, y: train_batch(self, X, y, replicas, devices, lr),
+                                     devices, execution)
+
+    def wrap_train_batch(self, step: Callable, devices: Sequence[str], execution: str) -> Callable:
+        """bind_train_batch's step run as `execution` says. By default as Python calls it,
+        shard_loss_and_grads compiling its own part where the replicas' execution asks for
+        it; a framework that traces whole steps (TensorFlow) wraps it here."""
+        return step
 
     def check_execution(self, execution: str) -> None:
         """Raise NotApplicable, with the reason the facts table gives, for an execution

@@ -1,7 +1,7 @@
 """Scratch mode, written once for every framework: the chapter's train_batch on
 the backend's primitives (split_batch, a forward and backward pass per shard,
 allreduce, SGD), and the trainer that drives it. A framework may bind
-train_batch differently (Backend.bind_train_batch: TensorFlow traces it into one
+train_batch differently (Backend.wrap_train_batch: TensorFlow traces it into one
 graph) but not change it."""
 from __future__ import annotations
 
@@ -59,8 +59,6 @@ class ScratchTrainer(Trainer):
                  execution: str = "eager", trace: bool = False):
         self.backend, self.model, self.devices, self.lr = backend, model, list(devices), lr
         self.replicas = [backend.get_params(params, d, model, state) for d in self.devices]
-        for r in self.replicas:
-            r.execution = execution
         # a traced run's all-reduce spans (common/results/trace.py); none where the
         # backend traces the whole step into one program, whose Python runs only once
         self.spans = []

@@ -49,10 +49,10 @@ class Scratch:
         return ([X[lo:hi].to(d, non_blocking=True) for (lo, hi), d in zip(bounds, ds)],
                 [y[lo:hi].to(d, non_blocking=True) for (lo, hi), d in zip(bounds, ds)])
 
-    def bind_train_batch(self, train_batch, replicas, devices, lr, execution):
+    def wrap_train_batch(self, step, devices, execution):
         if execution == "compiled":
             compile_check(devices)      # once for the replica set, not in every step
-        return super().bind_train_batch(train_batch, replicas, devices, lr, execution)
+        return step
 
     def shard_loss_and_grads(self, replica, X, y):
         # compiled: torch.compile (AOTAutograd compiles the backward too)

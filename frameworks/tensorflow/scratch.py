@@ -85,9 +85,7 @@ class Scratch:
 
     whole_step_executions = ("graph", "compiled")       # tf.function below
 
-    def bind_train_batch(self, train_batch, replicas, devices, lr, execution):
-        self.check_execution(execution)
-        step = lambda X, y: train_batch(self, X, y, replicas, devices, lr)   # noqa: E731
+    def wrap_train_batch(self, step, devices, execution):
         if execution == "eager":
             return step
         # autograph off: the loops are over Python lists, nothing to convert (and it
