@@ -59,6 +59,9 @@ def build_parser():
     p.add_argument("--out", default=None, help="results folder (default: results/settings-<time>)")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="rebuild DIR/settings.md from DIR's decisions; runs nothing")
+    p.add_argument("--best-file", default=None, metavar="DIR,DIR,...",
+                   help="write docs/results/settings/<machine kind>.json from these runs' "
+                        "decisions (one machine kind): each row's fastest best; runs nothing")
     return p
 
 
@@ -354,8 +357,52 @@ def write_page(out: Path) -> int:
     return 0
 
 
+def merged(runs: list[dict]) -> dict:
+    """Several runs' decisions on one machine kind as one settings file: for each row
+    (framework, model, mode), the group of the run whose best cut the most from its own
+    defaults (a later run on a tie), so that a bfloat16 run and a float32 run of the same
+    row leave the faster of their bests for compare --settings best."""
+    kinds = {r["machine_kind"] for r in runs}
+    if len(kinds) != 1:
+        raise UsageError(f"--best-file: the runs are of several machine kinds ({', '.join(sorted(kinds))}); "
+                         "give runs of one kind")
+    chosen: dict[tuple, dict] = {}
+    for r in runs:
+        for g in r["groups"]:
+            base, best = page.best_of(g)
+            ratio = best / base if base and best else 1.0
+            key = (g["framework"], g["model"], g["mode"])
+            if key not in chosen or ratio <= chosen[key][0]:
+                chosen[key] = (ratio, g)
+    return {"machine_kind": kinds.pop(), "env": runs[-1]["env"],
+            "measured": " and ".join(dict.fromkeys(r["measured"] for r in runs)),
+            "runs": [{"command": r["command"], "measured": r["measured"]} for r in runs],
+            "groups": [g for _, g in chosen.values()]}
+
+
+def write_best_file(folders: list[Path]) -> int:
+    """BEST_DIR/<kind>.json from the runs in folders, each judged again from its records."""
+    missing = [str(f) for f in folders if not (f / DECISIONS).is_file()]
+    if missing:
+        print(f"settings: error: --best-file {', '.join(missing)}: no {DECISIONS} there; give "
+              "benchmarks.settings results folders", file=sys.stderr)
+        return 2
+    try:
+        best = merged([judged(json.loads((f / DECISIONS).read_text()), f) for f in folders])
+    except UsageError as e:
+        print(f"settings: error: {e}", file=sys.stderr)
+        return 2
+    path = BEST_DIR / f"{best['machine_kind']}.json"
+    write_atomic(path, best)
+    print(path)
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--best-file" or a.startswith("--best-file=") for a in argv):
+        args = build_parser().parse_args(argv)
+        return write_best_file([Path(f) for f in args.best_file.split(",") if f])
     if any(a == "--report" or a.startswith("--report=") for a in argv):
         args = build_parser().parse_args(argv)
         if not Path(args.report).is_dir():

@@ -67,31 +67,42 @@ def test_a_profile_page_is_its_records(tmp_path, capsys, page):
         assert not missing, f"{folder}: {missing[:2]}"
 
 
-# page -> (its settings runs, the machine kind's settings file they make)
+# page -> its settings runs (a machine kind's settings file is every run of that kind
+# merged, in this order)
 SETTINGS_PAGES = {
-    "h100-settings.md": (("h100-settings/pytorch-lenet", "h100-settings/jax-lenet"),
-                         "nvidia-h100-80gb-hbm3"),
-    "cpu-2core-settings.md": (("cpu-2core-settings/jax-lenet",),
-                              "intel-r-xeon-r-processor-2core-avx512"),
-    "cpu-2core-bf16.md": (("cpu-2core-bf16/lenet-native",), "amd-epyc-2core-avx512"),
+    "h100-settings.md": ("h100-settings/pytorch-lenet", "h100-settings/jax-lenet"),
+    "cpu-2core-settings.md": ("cpu-2core-settings/jax-lenet",),
+    "cpu-2core-bf16.md": ("cpu-2core-bf16/lenet-native",),
 }
 
 
-@pytest.mark.parametrize("page_name", sorted(SETTINGS_PAGES))
-def test_a_settings_page_and_its_best_file_are_their_records(page_name):
-    """Each run's decisions judged again from its records (benchmarks.settings' rules of
-    today) are on the page; the machine kind's settings file holds what they kept."""
+def _judged(run: str) -> dict:
     import json
 
     from benchmarks import settings as command
+    folder = RESULTS / run
+    return command.judged(json.loads((folder / command.DECISIONS).read_text()), folder)
+
+
+@pytest.mark.parametrize("page_name", sorted(SETTINGS_PAGES))
+def test_a_settings_page_is_its_records(page_name):
+    """Each run's decisions judged again from its records (benchmarks.settings' rules of
+    today) are on the page."""
     from common.reports import settings as page
-    runs, kind = SETTINGS_PAGES[page_name]
-    best = {}
-    for run in runs:
-        folder = RESULTS / run
-        results = command.judged(json.loads((folder / command.DECISIONS).read_text()), folder)
-        missing = _missing(_rows(page.markdown(results)), page_name)
+    for run in SETTINGS_PAGES[page_name]:
+        missing = _missing(_rows(page.markdown(_judged(run))), page_name)
         assert not missing, f"{run}: {missing[:2]}"
-        best.update({(g["framework"], g["model"], g["mode"]): g["best"] for g in results["groups"]})
-    kept = json.loads((RESULTS / "settings" / f"{kind}.json").read_text())
-    assert {(g["framework"], g["model"], g["mode"]): g["best"] for g in kept["groups"]} == best
+
+
+@pytest.mark.parametrize("kind_file", sorted(p.name for p in (RESULTS / "settings").glob("*.json")))
+def test_a_machine_kinds_settings_file_is_its_runs_merged(kind_file):
+    """docs/results/settings/<kind>.json, what compare --settings best applies, is every
+    committed run of that kind merged (benchmarks.settings --best-file): no best typed or
+    left over by hand."""
+    import json
+
+    from benchmarks import settings as command
+    runs = [r for page in SETTINGS_PAGES.values() for r in map(_judged, page)
+            if f"{r['machine_kind']}.json" == kind_file]
+    assert runs, f"{kind_file}: no committed settings run of its kind"
+    assert json.loads((RESULTS / "settings" / kind_file).read_text()) == command.merged(runs)

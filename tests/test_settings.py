@@ -222,6 +222,59 @@ def test_the_settings_page_shows_each_decision_and_the_best(tmp_path):
     assert Path(command.BEST_DIR).name == "settings"
 
 
+def _group(framework, mode, default_sec, arm_sec, name="compiled"):
+    """A judged group whose one setting ran at arm_sec against defaults at default_sec."""
+    default = [_record(default_sec + 0.1 * i) for i in range(4)]
+    d = command.decide(name, [name], [_record(arm_sec + 0.1 * i) for i in range(4)], default,
+                       framework, 0.05)
+    return {"framework": framework, "model": "lenet", "mode": mode, "decisions": [d],
+            "best": [name] if d["decision"] == "kept" else []}
+
+
+def test_the_settings_page_sets_each_best_against_the_fastest_best():
+    """Each row's best divided by the run's fastest best, and whether it is within the
+    goal (planted: a row 1.6x the fastest best read as within 1.5x)."""
+    from common.reports import settings as page
+    groups = [_group("tensorflow", "native", 8.0, 5.0, "xla"),
+              _group("jax", "native", 30.0, 7.4, "ynn-fusion-off"),
+              _group("paddle", "native", 8.3, 13.0, "onednn")]
+    lines = page.against_fastest(groups)
+    assert "The fastest best: tensorflow native (xla) at 5.15 s/epoch" in "\n".join(lines)
+    assert "| tensorflow | native | xla | 5.15 | 1.00 | yes | 8.15 | 1.00 |" in lines
+    assert "| jax | native | ynn-fusion-off | 7.55 | 1.47 | yes | 30.15 | 3.70 |" in lines
+    assert "| paddle | native | the defaults | 8.45 | 1.64 | no | 8.45 | 1.04 |" in lines
+    assert page.against_fastest(groups[:1]) == [], "one framework has no fastest to be set against"
+
+
+def test_runs_of_one_kind_merge_into_each_rows_fastest_best(tmp_path, monkeypatch):
+    """--best-file: of two runs of a row, the best that cut more from its own defaults
+    (a float32 run's 0.6x over a bfloat16 run's 0.8x); runs of two kinds are refused."""
+    import json
+
+    from benchmarks.cli import UsageError
+    f32 = {"machine_kind": "k", "env": {}, "command": "a", "measured": "1",
+           "groups": [_group("pytorch", "native", 10.0, 6.0),
+                      _group("jax", "native", 30.0, 40.0, "ynn-fusion-off")]}
+    bf16 = {**f32, "command": "b", "measured": "2",
+            "groups": [_group("pytorch", "native", 10.0, 8.0, "bf16-autocast")]}
+    best = command.merged([f32, bf16])
+    assert {(g["framework"], g["mode"]): g["best"] for g in best["groups"]} == {
+        ("pytorch", "native"): ["compiled"], ("jax", "native"): []}
+    assert best["measured"] == "1 and 2" and [r["command"] for r in best["runs"]] == ["a", "b"]
+    with pytest.raises(UsageError, match="several machine kinds"):
+        command.merged([f32, {**bf16, "machine_kind": "other"}])
+    monkeypatch.setattr(command, "BEST_DIR", tmp_path / "best")
+    assert command.main(["--best-file", str(tmp_path / "none")]) == 2
+    assert not (tmp_path / "best").exists()
+    for name, run in (("a", f32), ("b", bf16)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / command.DECISIONS).write_text(json.dumps({**run, "noise": 0.05}))
+    monkeypatch.setattr(command, "judged", lambda results, out: results)
+    assert command.main(["--best-file", f"{tmp_path / 'a'},{tmp_path / 'b'}"]) == 0
+    written = json.loads((tmp_path / "best" / "k.json").read_text())
+    assert [g["best"] for g in written["groups"]] == [["compiled"], []]
+
+
 def test_the_report_shows_the_best_known_settings_of_its_machine_kind(tmp_path, monkeypatch):
     """A compare report whose records come from a machine kind with measured settings
     shows each default row's kept settings and their times as measured; a tuned row and

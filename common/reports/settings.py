@@ -5,6 +5,9 @@ from __future__ import annotations
 from common.facts import settings
 from common.facts.machine import cpu_line
 
+# issue 37's aim for a framework at its best: within 1.5x of the fastest framework's best
+GOAL = 1.5
+
 
 def _cell(x, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
@@ -25,6 +28,15 @@ def decision_rows(groups: list[dict]) -> list[str]:
     return lines
 
 
+def best_of(g: dict) -> tuple[float | None, float | None]:
+    """A group's defaults' s/epoch and its best's (the kept arm its best names; the
+    defaults where nothing was kept)."""
+    chosen = next((d for d in reversed(g["decisions"]) if d.get("settings") == g["best"]
+                   and d["decision"] == "kept"), None) if g.get("best") else None
+    base = next((d["sec_default"] for d in g["decisions"] if d.get("sec_default")), None)
+    return base, chosen["sec"] if chosen else base
+
+
 def best_rows(groups: list[dict]) -> list[str]:
     lines = ["| framework | model | mode | best settings | default s/epoch | best s/epoch | "
              "speed-up |", "|" + "---|" * 7]
@@ -33,14 +45,39 @@ def best_rows(groups: list[dict]) -> list[str]:
             lines.append(f"| {g['framework']} | {g['model']} | {g['mode']} | - | - | - | "
                          f"{g['error']} |")
             continue
-        chosen = next((d for d in reversed(g["decisions"]) if d.get("settings") == g["best"]
-                       and d["decision"] == "kept"), None) if g["best"] else None
-        base = next((d["sec_default"] for d in g["decisions"] if d.get("sec_default")), None)
-        best = chosen["sec"] if chosen else base
+        base, best = best_of(g)
         lines.append(f"| {g['framework']} | {g['model']} | {g['mode']} | "
                      f"{'+'.join(g['best']) or 'the defaults'} | {_cell(base, '.2f')} | "
                      f"{_cell(best, '.2f')} | {_cell(base / best if base and best else None, '.2f')}x |")
     return lines
+
+
+def against_fastest(groups: list[dict]) -> list[str]:
+    """Each model's rows, best against the run's fastest best (and default against the
+    fastest default), and whether each best is within GOAL of the fastest; [] where a
+    model has fewer than two frameworks measured."""
+    out = []
+    for model in dict.fromkeys(g["model"] for g in groups):
+        rows = [(g, *best_of(g)) for g in groups if g["model"] == model and not g.get("error")]
+        rows = [(g, base, best) for g, base, best in rows if base and best]
+        if len({g["framework"] for g, _, _ in rows}) < 2:
+            continue
+        top = min(best for _, _, best in rows)
+        top_default = min(base for _, base, _ in rows)
+        fastest = next(g for g, _, best in rows if best == top)
+        out += [f"### {model}: every row's best against the fastest best", "",
+                f"The fastest best: {fastest['framework']} {fastest['mode']} "
+                f"({'+'.join(fastest['best']) or 'the defaults'}) at {top:.2f} s/epoch; the "
+                f"goal: every best within {GOAL}x of it.", "",
+                "| framework | mode | best settings | best s/epoch | x the fastest best | "
+                f"within {GOAL}x | default s/epoch | x the fastest default |",
+                "|" + "---|" * 8]
+        for g, base, best in sorted(rows, key=lambda r: r[2]):
+            out.append(f"| {g['framework']} | {g['mode']} | {'+'.join(g['best']) or 'the defaults'} "
+                       f"| {best:.2f} | {best / top:.2f} | {'yes' if best <= GOAL * top else 'no'} "
+                       f"| {base:.2f} | {base / top_default:.2f} |")
+        out.append("")
+    return out
 
 
 def sources(groups: list[dict]) -> list[str]:
@@ -63,12 +100,10 @@ def best_known_lines(records: list[dict]) -> list[str]:
         g = groups.get((r["framework"], r.get("model", "lenet"), r["mode"]))
         if r.get("settings") or r["devices"] != 1 or g is None:
             continue
-        chosen = next((d for d in reversed(g["decisions"]) if d.get("settings") == g["best"]
-                       and d["decision"] == "kept"), None) if g["best"] else None
-        base = next((d["sec_default"] for d in g["decisions"] if d.get("sec_default")), None)
+        base, best = best_of(g)
         lines.append(f"| {r['framework']} | {g['model']} | {r['mode']} | "
                      f"{'+'.join(g['best']) or 'the defaults'} | {_cell(base, '.2f')} | "
-                     f"{_cell(chosen['sec'] if chosen else base, '.2f')} |")
+                     f"{_cell(best, '.2f')} |")
     if not lines:
         return []
     return ["## Best known settings on this machine kind", "",
@@ -97,4 +132,8 @@ def markdown(results: dict) -> str:
         f"same weights and batches ({tol}; the first {settings.AGREE_STEPS} step losses).", "",
         *decision_rows(groups), "",
         "## Best per row", "", *best_rows(groups), "",
+        *(["## Best against best", "", "Each row's best (and its defaults) divided by the "
+           "run's fastest, one machine, one run: the groups ran one after another, each "
+           "group's arms interleaved.", "", *fastest] if (fastest := against_fastest(groups))
+          else []),
         "## The settings and their sources", "", *sources(groups), ""])
