@@ -45,7 +45,8 @@ def _missing(rows: list[str], page: str) -> list[str]:
 PROFILE_PAGES = {"h100-profile": ("h100-profile",), "cpu-2core-profile": ("cpu-2core-profile",),
                  "cpu-2core-jax-versions-profile": ("cpu-2core-jax-versions-profile/1",
                                                     "cpu-2core-jax-versions-profile/2"),
-                 "cpu-2core-best": ("cpu-2core-best/profile",)}
+                 "cpu-2core-best": ("cpu-2core-best/profile",),
+                 "cpu-2core-bf16": ("cpu-2core-bf16/profile-keras-jax",)}
 
 
 @pytest.mark.parametrize("page", sorted(PROFILE_PAGES))
@@ -73,7 +74,7 @@ def test_a_profile_page_is_its_records(tmp_path, capsys, page):
 SETTINGS_PAGES = {
     "h100-settings.md": ("h100-settings/pytorch-lenet", "h100-settings/jax-lenet"),
     "cpu-2core-settings.md": ("cpu-2core-settings/jax-lenet",),
-    "cpu-2core-bf16.md": ("cpu-2core-bf16/lenet-native",),
+    "cpu-2core-bf16.md": ("cpu-2core-bf16/lenet-native", "cpu-2core-bf16/native-repeat4"),
     "cpu-2core-best.md": ("cpu-2core-best/lenet", "cpu-2core-best/pytorch-native",
                           "cpu-2core-best/mxnet-scratch"),
 }
