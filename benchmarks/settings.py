@@ -383,6 +383,10 @@ def merged(runs: list[dict]) -> dict:
 def write_best_file(folders: list[Path]) -> int:
     """BEST_DIR/<kind>.json from the runs in folders, each judged again from its records."""
     missing = [str(f) for f in folders if not (f / DECISIONS).is_file()]
+    if not folders:
+        print("settings: error: --best-file names no folder; give benchmarks.settings results "
+              "folders, comma-separated", file=sys.stderr)
+        return 2
     if missing:
         print(f"settings: error: --best-file {', '.join(missing)}: no {DECISIONS} there; give "
               "benchmarks.settings results folders", file=sys.stderr)

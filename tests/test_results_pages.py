@@ -93,7 +93,12 @@ def test_a_settings_page_is_its_records(page_name):
     """Each run's decisions judged again from its records (benchmarks.settings' rules of
     today) are on the page."""
     from common.reports import settings as page
-    rows = [row for run in SETTINGS_PAGES[page_name] for row in _rows(page.markdown(_judged(run)))]
+    rows = []
+    for run in SETTINGS_PAGES[page_name]:
+        rebuilt = _rows(page.markdown(_judged(run)))
+        # each run: a decision and a best row under their headers at least
+        assert len(rebuilt) >= 4, f"{run}: {len(rebuilt)} table rows rebuilt"
+        rows += rebuilt
     missing = _missing(rows, page_name)
     assert not missing, f"{page_name}: {missing[:2]}"
 

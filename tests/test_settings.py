@@ -246,7 +246,7 @@ def test_the_settings_page_sets_each_best_against_the_fastest_best():
     assert page.against_fastest(groups[:1]) == [], "one framework has no fastest to be set against"
 
 
-def test_runs_of_one_kind_merge_into_each_rows_fastest_best(tmp_path, monkeypatch):
+def test_runs_of_one_kind_merge_into_each_rows_fastest_best(tmp_path, monkeypatch, capsys):
     """--best-file: of two runs of a row, the best that cut more from its own defaults
     (a float32 run's 0.6x over a bfloat16 run's 0.8x); runs of two kinds are refused."""
     import json
@@ -265,6 +265,8 @@ def test_runs_of_one_kind_merge_into_each_rows_fastest_best(tmp_path, monkeypatc
         command.merged([f32, {**bf16, "machine_kind": "other"}])
     monkeypatch.setattr(command, "BEST_DIR", tmp_path / "best")
     assert command.main(["--best-file", str(tmp_path / "none")]) == 2
+    assert command.main(["--best-file", ","]) == 2
+    assert "names no folder" in capsys.readouterr().err
     assert not (tmp_path / "best").exists()
     for name, run in (("a", f32), ("b", bf16)):
         (tmp_path / name).mkdir()
