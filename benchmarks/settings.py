@@ -24,7 +24,9 @@ from pathlib import Path
 from common import models
 from common.core.modes import MODES
 from common.facts import machine, registry, settings
+from common.launch import netns
 from common.reports import settings as page
+from common.reports.runs import step_sec
 from common.reports.verdict import TOO_FEW, says, verdict
 from common.results.record import write_atomic
 
@@ -33,7 +35,10 @@ from .cli import (UsageError, command_parser, names, positive, positive_float, r
 from .runner import Interrupts, run_config
 
 TIMEOUT = 3600.0
+LINK = "10mbit"          # --nodes' default link: issue 37's, where t2 outgrows t1
 DECISIONS = "settings.json"
+T1 = "t1"                # a group across nodes: one node's compute, its records' label
+LINKS_PROBE = "pytorch"  # t2's probe: torch's gloo ring (benchmarks.links)
 TOGETHER = "together"
 BEST_DIR = settings.BEST_DIR
 
@@ -52,6 +57,12 @@ def build_parser():
     p.add_argument("--steps-per-epoch", type=positive, default=None,
                    help="cap an epoch's steps (the accuracy check then sees less training)")
     p.add_argument("--threads", type=positive, default=2)
+    p.add_argument("--nodes", type=positive, default=1,
+                   help="run each row across this many emulated nodes (network namespaces, a "
+                        "core each, the model's links batch per node) to measure the "
+                        "communication settings, with each engine's t1 and t2 beside them")
+    p.add_argument("--link", default=None,
+                   help=f"with --nodes: the emulated links' rate (a tc rate; default {LINK})")
     p.add_argument("--dataset", default="fashion-mnist", choices=("fashion-mnist", "synthetic"))
     p.add_argument("--data-dir", default=None)
     p.add_argument("--noise", type=positive_float, default=0.05,
@@ -87,9 +98,12 @@ OPTION_HELP = ("none (each framework's defaults), best (the settings benchmarks.
                "(common/facts/settings.py); a tuned row is labelled so everywhere")
 
 
-def resolve(text: str, frameworks: list[str], modes: list[str], model: str) -> dict:
+def resolve(text: str, frameworks: list[str], modes: list[str], model: str,
+            nodes: int = 1) -> dict:
     """compare --settings as Plan.settings ({"FRAMEWORK" or "FRAMEWORK/MODEL/MODE":
-    names}); a setting unknown, or one this machine cannot apply, is bad input."""
+    names}); a setting unknown, or one this machine (or a run on `nodes` nodes) cannot
+    apply, is bad input. `best` takes the rows measured across nodes
+    for a run across nodes, the rows on one device otherwise."""
     if text == "none":
         return {}
     if text == "best":
@@ -103,14 +117,14 @@ def resolve(text: str, frameworks: list[str], modes: list[str], model: str) -> d
         groups = json.loads(path.read_text())["groups"]
         chosen = {f"{g['framework']}/{g['model']}/{g['mode']}": g["best"] for g in groups
                   if g["best"] and g["framework"] in frameworks and g["model"] == model
-                  and g["mode"] in modes}
+                  and g["mode"] in modes and (g.get("nodes", 1) > 1) == (nodes > 1)}
     else:
         chosen = asked(text, frameworks)
     device_kind = "gpu" if machine.gpu_count() else "cpu"
     for key, names_ in chosen.items():
         framework = key.split("/")[0]
         for s in settings.get(framework, names_):
-            why = settings.why_not(s, device_kind)
+            why = settings.why_not(s, device_kind, nodes=nodes)
             if why:
                 raise UsageError(f"--settings: {framework}'s {s.name} cannot apply here: {why}")
         try:
@@ -130,15 +144,19 @@ def applied(framework: str, mode: str, execution: str | None, names_: list[str])
             "settings": list(names_)}
 
 
-def arms(framework: str, mode: str, wanted: list[str] | None, device_kind: str) -> tuple[list, list]:
+def arms(framework: str, mode: str, wanted: list[str] | None, device_kind: str,
+         nodes: int = 1) -> tuple[list, list]:
     """The arms to run (label, [setting names], execution) after the defaults, and the
-    settings that cannot run here with the reason."""
+    settings that cannot run here with the reason. Across nodes, the communication
+    settings only: the others are measured on one device."""
     default = registry.default_execution(framework, mode)
     run, refused = [], []
     for s in settings.SETTINGS.get(framework, ()):
         if wanted is not None and s.name not in wanted:
             continue
-        why = settings.why_not(s, device_kind)
+        why = settings.why_not(s, device_kind, nodes=nodes)
+        if why is None and nodes > 1 and s.kind != "communication":
+            why = f"measured on one device, as its kind ({s.kind}) acts there (benchmarks.settings without --nodes)"
         execution = settings.execution_of([s], default)
         if why is None and execution == default and not s.env and not s.hook:
             why = f"{execution} is already {mode} mode's default execution"
@@ -158,54 +176,126 @@ def plan(args) -> list[dict]:
     modes = ([m for m, mode in MODES.items() if mode.default] if args.mode == "default"
              else names(args.mode, MODES, "mode"))
     device_kind = "gpu" if machine.gpu_count() else "cpu"
+    link = across(args)
     groups = []
     for model in names(args.model, models.NAMES, "model"):
         for f in frameworks:
             if wanted is not None and f not in wanted:
                 continue
             for m in modes:
-                if (f, m) in registry.KNOWN_GAPS:
+                if (f, m) in registry.KNOWN_GAPS or (args.nodes > 1 and (
+                        MODES[m].across_nodes() or registry.gap(f, "nodes"))):
                     continue
-                run, refused = arms(f, m, None if wanted is None else wanted[f], device_kind)
+                run, refused = arms(f, m, None if wanted is None else wanted[f], device_kind,
+                                    args.nodes)
                 groups.append({"framework": f, "model": model, "mode": m, "arms": run,
-                               "refused": refused, "device_kind": device_kind})
-    if not any(g["arms"] for g in groups):
+                               "refused": refused, "device_kind": device_kind, **(
+                                   {"nodes": args.nodes, "link": link,
+                                    "batch": args.nodes * models.get(model).COMMANDS["links"]["batch"]}
+                                   if args.nodes > 1 else {})})
+    if not any(g["arms"] or g.get("nodes", 1) > 1 for g in groups):
         raise UsageError("no setting to measure: none of the frameworks' settings applies "
                          f"to this machine's {device_kind} runs (see common/facts/settings.py)")
     return groups
 
 
+def across(args) -> str | None:
+    """--nodes' link rate (None on one node); bad input is a UsageError."""
+    if args.nodes == 1:
+        if args.link:
+            raise UsageError("--link is the emulated nodes' link: give --nodes 2 or more with it")
+        return None
+    link = args.link or LINK
+    try:
+        netns.rate_bits(link)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    why = netns.unavailable()
+    if why:
+        raise UsageError(f"--nodes {args.nodes}: {why}")
+    if not registry.is_installed(LINKS_PROBE):
+        raise UsageError(f"--nodes: t2's probe is torch's gloo all-reduce: install pytorch "
+                         f"({registry.install_hint(LINKS_PROBE)})")
+    return link
+
+
 def _config(args, g: dict, names_: list[str], execution: str) -> dict:
-    return {"framework": g["framework"], "mode": g["mode"], "devices": 1, "model": g["model"],
-            "execution": execution, "dataset": args.dataset, "data_dir": args.data_dir,
-            "epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch,
-            "threads": args.threads, "settings": names_}
+    cfg = {"framework": g["framework"], "mode": g["mode"], "devices": 1, "model": g["model"],
+           "execution": execution, "dataset": args.dataset, "data_dir": args.data_dir,
+           "epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch,
+           "threads": args.threads, "settings": names_}
+    if g.get("nodes", 1) > 1:
+        # as benchmarks.links runs its nodes: a core each, the model's batch per node
+        cfg.update(nodes=g["nodes"], network="netns", link=g["link"], cores_per_device=1,
+                   batch_size=g["batch"], steps_per_epoch=args.steps_per_epoch or
+                   models.get(g["model"]).COMMANDS["links"]["steps"])
+    return cfg
+
+
+def _tag(g: dict) -> str:
+    tag = f"{g['model']}-{g['framework']}-{g['mode']}"
+    return tag + (f"-n{g['nodes']}-{g['link']}" if g.get("nodes", 1) > 1 else "")
 
 
 def _path(out: Path, g: dict, label: str, rep: int) -> Path:
-    return out / "records" / f"{g['model']}-{g['framework']}-{g['mode']}-{label}-r{rep}.json"
+    return out / "records" / f"{_tag(g)}-{label}-r{rep}.json"
 
 
-def _run_arms(args, g: dict, arm_list: list, out: Path, stop) -> None:
-    """Every arm's records, the defaults first in each round, rounds interleaved."""
+def _run(cfg: dict, path: Path, out: Path, stop) -> None:
+    record, done = run_config(cfg, path, TIMEOUT, out / "logs" / path.with_suffix(".log").name,
+                              stop=stop)
+    if record is None:
+        write_atomic(path, {"status": "failed", "error": (
+            f"the worker ended without a record (exit {done.code}): {done.log_tail}")})
+
+
+def _run_arms(args, g: dict, arm_list: list, out: Path, stop, limits: bool = False) -> None:
+    """Every arm's records, the defaults first in each round, rounds interleaved. With
+    `limits`, a group across nodes also measures, in each round, its t1 (one node's
+    compute: the defaults on one device, one core, a node's batch) and its t2 (the
+    link's own all-reduce of the model's gradients: benchmarks.links' probe)."""
     default = registry.default_execution(g["framework"], g["mode"])
     for rep in range(args.repeat):
         for label, names_, execution in [("default", [], default), *arm_list]:
             path = _path(out, g, label, rep)
-            print(f"{g['model']} {g['framework']} {g['mode']} {label} (repeat {rep + 1})", flush=True)
-            record, done = run_config(_config(args, g, names_, execution), path, TIMEOUT,
-                                      out / "logs" / path.with_suffix(".log").name, stop=stop)
-            if record is None:
-                write_atomic(path, {"status": "failed", "error": (
-                    f"the worker ended without a record (exit {done.code}): {done.log_tail}")})
+            print(f"{_tag(g)} {label} (repeat {rep + 1})", flush=True)
+            _run(_config(args, g, names_, execution), path, out, stop)
+            if stop.signum:
+                return
+        if limits and g.get("nodes", 1) > 1:
+            print(f"{_tag(g)} t1 and t2 (repeat {rep + 1})", flush=True)
+            one = {**_config(args, g, [], default), "nodes": 1, "network": "machines",
+                   "link": None, "batch_size": g["batch"] // g["nodes"]}
+            _run(one, _path(out, g, T1, rep), out, stop)
+            from .links import probe
+            probe(out / "probes" / f"{_tag(g)}-r{rep}.json", g["nodes"], g["link"],
+                  models.param_bytes(g["model"]))
             if stop.signum:
                 return
 
 
 def _records(out: Path, g: dict, label: str) -> list[dict]:
-    paths = sorted(out.glob(f"records/{g['model']}-{g['framework']}-{g['mode']}-{label}-r*.json"),
+    paths = sorted(out.glob(f"records/{_tag(g)}-{label}-r*.json"),
                    key=lambda p: int(p.stem.rsplit("-r", 1)[1]))
     return [json.loads(p.read_text()) for p in paths]
+
+
+def limits(out: Path, g: dict) -> dict | None:
+    """A group across nodes: its t1 and t2, and its steps at the defaults and at its best
+    (each the median over the rounds), from its records and probes alone; None on one node."""
+    if g.get("nodes", 1) == 1:
+        return None
+    from common.reports.links import probe_sec
+
+    def step(records: list[dict]) -> float | None:
+        secs = [step_sec(r) for r in records if r.get("status") == "ok"]
+        return statistics.median(secs) if secs and None not in secs else None
+    together = g.get("together")
+    best = (_records(out / TOGETHER, g, TOGETHER) if together and g["best"] == together[1]
+            else _records(out, g, g["best"][0]) if g.get("best") else _records(out, g, "default"))
+    t2 = [probe_sec(json.loads(p.read_text())) for p in sorted(out.glob(f"probes/{_tag(g)}-r*.json"))]
+    return {"t1": step(_records(out, g, T1)), "t2": statistics.median(t2) if t2 and None not in t2
+            else None, "step_default": step(_records(out, g, "default")), "step_best": step(best)}
 
 
 def _sec(record: dict) -> float | None:
@@ -315,8 +405,9 @@ def measure(args, groups: list[dict], out: Path) -> int:
                "epochs": args.epochs, "measured": time.strftime("%Y-%m-%d %H:%M"), "groups": groups}
     with Interrupts() as stop:
         for g in groups:
-            if g["arms"]:
-                _run_arms(args, g, g["arms"], out, stop)
+            # across nodes, the defaults' step against t1 and t2 even with no setting to try
+            if g["arms"] or g.get("nodes", 1) > 1:
+                _run_arms(args, g, g["arms"], out, stop, limits=True)
                 if stop.signum:
                     break
                 decisions, _, error = decisions_of(out, g, args.noise)
@@ -338,7 +429,8 @@ def judged(results: dict, out: Path) -> dict:
     groups = []
     for g in results["groups"]:
         decisions, best, error = decisions_of(out, g, results["noise"])
-        groups.append({**g, "decisions": decisions, "best": best, "error": error})
+        g = {**g, "decisions": decisions, "best": best, "error": error}
+        groups.append({**g, "limits": limits(out, g)} if g.get("nodes", 1) > 1 else g)
     return {**results, "groups": groups}
 
 
@@ -371,7 +463,7 @@ def merged(runs: list[dict]) -> dict:
         for g in r["groups"]:
             base, best = page.best_of(g)
             ratio = best / base if base and best else 1.0
-            key = (g["framework"], g["model"], g["mode"])
+            key = (g["framework"], g["model"], g["mode"], g.get("nodes", 1))
             if key not in chosen or ratio <= chosen[key][0]:
                 chosen[key] = (ratio, g)
     return {"machine_kind": kinds.pop(), "env": runs[-1]["env"],

@@ -41,7 +41,8 @@ def check_kind(name: str, kind) -> None:
         kind.check(wrong)
     assert "\n" not in str(e.value), str(e.value)
     cfg = SimpleNamespace(nodes=2, node_rank=1, master="127.0.0.1:29500", node_hosts=None,
-                          link=netns.UNSHAPED, join_timeout=5.0, model="lenet")
+                          link=netns.UNSHAPED, join_timeout=5.0, model="lenet",
+                          framework="pytorch", settings=[])
     here = kind.local_nodes(cfg)
     assert here and set(here) <= {0, 1}, here
     assert kind.shares_cores == (len(here) == cfg.nodes), name

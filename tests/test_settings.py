@@ -60,6 +60,60 @@ def test_why_a_setting_cannot_run_here(tmp_path):
     assert "lacks" in settings.why_not(lib, "cpu", set())
 
 
+def test_a_communication_setting_runs_across_nodes_only():
+    """The exchange across nodes: refused on one node with what to do, applied across
+    nodes; benchmarks.settings across nodes tries only those (planted: the kind check
+    removed lets DDP's buckets into a one-device group)."""
+    (buckets,) = settings.get("pytorch", ["ddp-small-buckets"])
+    assert "--nodes 2" in settings.why_not(buckets, "cpu", set(), nodes=1)
+    assert settings.why_not(buckets, "cpu", set(), nodes=2) is None
+    run, refused = command.arms("pytorch", "native", None, "cpu", nodes=1)
+    assert "ddp-small-buckets" not in [a[0] for a in run]
+    run, refused = command.arms("pytorch", "native", None, "cpu", nodes=2)
+    assert [a[0] for a in run] == ["ddp-small-buckets", "fp16-compress"]
+    assert "measured on one device" in next(r["why"] for r in refused if r["setting"] == "compiled")
+    # a compression's link carries its share of the gradients' bytes, and no less
+    assert settings.wire_share("pytorch", ["fp16-compress", "compiled"]) == 0.5
+
+
+def test_a_compressed_exchange_is_held_to_its_own_share_of_the_bytes():
+    """The links' check of what they carried expects a compression's half of the bytes
+    (planted: the full bytes expected of it fail its run as traffic gone elsewhere)."""
+    from common import models
+    from common.launch import netns
+    half = models.param_bytes("lenet") * 8    # 16 steps of a 2-node ring, P/2 a node a step
+    counted = [{"tx": half, "rx": half}] * 2
+    assert netns.carried(counted, 2, models.get("lenet"), 16, share=0.5)["short"] is None
+    assert "did not cross" in netns.carried(counted, 2, models.get("lenet"), 16)["short"]
+
+
+def test_ddp_takes_the_communication_settings(tmp_path):
+    """The options a communication setting gathers reach DDP itself: its bucket cap and
+    its communication hook, in a process group of one (planted: build_native_trainer
+    without self.comm leaves DDP's 25 MB and no hook)."""
+    if "pytorch" not in registry.installed():
+        pytest.skip("pytorch is not installed")
+    code = "\n".join([
+        "import os, torch.distributed as dist",
+        "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT='29531')",
+        "dist.init_process_group('gloo', rank=0, world_size=1)",
+        "from common.facts import registry",
+        "from common import models",
+        "b = registry.get('pytorch')",
+        "b.setup(threads=1)",
+        "for name in ('ddp-small-buckets', 'fp16-compress'):\n    b.apply_setting(name)",
+        "params = models.get('lenet').init_params(0, 'glorot')",
+        # world 2: the trainer wraps DDP (over the group of one: the options, not a peer)
+        "t = b.build_native_trainer('lenet', params, ['cpu:0'], 0.1, 'eager', 0, 2, False)",
+        "print(t.model.bucket_bytes_cap, t.model.logger._get_ddp_logging_data()"
+        ".strs_map.get('comm_hook'))",
+        "dist.destroy_process_group()"])
+    proc = run_python(["-c", code], framework="pytorch")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cap, hook = proc.stdout.split()[-2:]
+    assert int(cap) == 262144 and "fp16_compress_hook" in hook, proc.stdout
+
+
 def test_unknown_settings_are_named_with_the_frameworks_own():
     with pytest.raises(settings.UnknownSetting, match="pytorch has no setting 'fast'.*tf32"):
         settings.get("pytorch", ["tf32", "fast"])
@@ -93,10 +147,16 @@ PROBES = {
         "tf32": "torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32",
         "cudnn-benchmark": "torch.backends.cudnn.benchmark",
         "bf16-autocast": "torch.is_autocast_enabled('cpu') and torch.get_autocast_dtype('cpu') "
-                         "== torch.bfloat16 and not torch.is_autocast_cache_enabled()"}),
+                         "== torch.bfloat16 and not torch.is_autocast_cache_enabled()",
+        # DDP's options, gathered for the trainer (test_ddp_takes_the_communication_settings)
+        "ddp-small-buckets": "b.comm.get('bucket_cap_mb') == 0.25",
+        "fp16-compress": "b.comm.get('comm_hook') == 'fp16'"}),
     "tensorflow": ("import tensorflow as tf", {
         "onednn-bf16": "bool(tf.config.optimizer.get_experimental_options()"
-                       ".get('auto_mixed_precision_onednn_bfloat16'))"}),
+                       ".get('auto_mixed_precision_onednn_bfloat16'))",
+        "collective-packs": "b.comm == {'bytes_per_pack': 262144}"}),
+    "paddle": ("import paddle", {
+        "small-buffers": "b.comm == {'comm_buffer_size': 0.25, 'last_comm_buffer_size': 0.25}"}),
     "keras-torch": ("import keras", {
         "mixed-bf16": "keras.config.dtype_policy().name == 'mixed_bfloat16'"}),
 }
@@ -170,6 +230,8 @@ def test_a_lower_precision_is_judged_at_its_own_tolerance():
     (["--framework", "pytorch", "--settings", "jax:ynn-fusion-off"], "with a framework of --framework"),
     (["--framework", "pytorch", "--settings", "pytorch:tf32", "--mode", "native"],
      "no setting to measure"),
+    (["--framework", "pytorch", "--link", "10mbit"], "--link is the emulated nodes' link"),
+    (["--framework", "pytorch", "--nodes", "2", "--link", "fast"], "fast"),
 ])
 def test_settings_commands_bad_input_writes_nothing(tmp_path, argv, says):
     out = tmp_path / "out"
@@ -318,3 +380,107 @@ def test_compare_settings_best_needs_this_machine_kinds_decisions(tmp_path, monk
         {"framework": "jax", "model": "resnet18", "mode": "native", "best": ["ynn-fusion-off"]}]}))
     got = command.resolve("best", ["jax"], ["native", "scratch"], "lenet")
     assert got == {"jax/lenet/native": ["ynn-fusion-off"]}
+
+
+def test_across_nodes_each_step_is_set_against_max_t1_t2(tmp_path):
+    """A group across nodes: t1, t2 and its steps from its records and probes alone, and
+    the page's verdict against max(t1, t2) at 1.15x (planted: a step 1.2x read as within)."""
+    import json
+
+    from common.reports import settings as page
+    g = {"framework": "pytorch", "model": "lenet", "mode": "native", "nodes": 2,
+         "link": "10mbit", "batch": 256, "refused": [],
+         "arms": [("ddp-small-buckets", ["ddp-small-buckets"], "eager")]}
+    (tmp_path / "records").mkdir()
+    (tmp_path / "probes").mkdir()
+
+    def put(label, sec, rep):       # 8 steps an epoch
+        rec = {**_record(8 * sec), "steps_per_epoch": [8, 8]}
+        (tmp_path / "records" / f"{command._tag(g)}-{label}-r{rep}.json").write_text(json.dumps(rec))
+    for rep in range(4):
+        put("default", 0.52 + 0.001 * rep, rep)
+        put("ddp-small-buckets", 0.47 + 0.001 * rep, rep)
+        put(command.T1, 0.04, rep)
+        (tmp_path / "probes" / f"{command._tag(g)}-r{rep}.json").write_text(json.dumps(
+            {"ranks": [{"times": [0.44, 0.45, 0.46]}, {"times": [0.45, 0.45, 0.45]}]}))
+    decisions, best, error = command.decisions_of(tmp_path, g, 0.05)
+    assert best == ["ddp-small-buckets"] and error is None
+    lim = command.limits(tmp_path, {**g, "decisions": decisions, "best": best})
+    assert lim["t1"] == pytest.approx(0.04) and lim["t2"] == pytest.approx(0.45)
+    assert lim["step_default"] == pytest.approx(0.5215) and lim["step_best"] == pytest.approx(0.4715)
+    row = page.against_limits([{**g, "best": best, "limits": lim}])[-1]
+    assert row == ("| pytorch | lenet | 2, 10mbit | 40 | 450 | 522 | 1.16 | ddp-small-buckets | "
+                   "472 | 1.05 | yes |")
+    slow = page.against_limits([{**g, "best": [], "limits": {**lim, "step_best": 0.54}}])[-1]
+    assert slow.endswith("| the defaults | 540 | 1.20 | no |")
+    assert page.against_limits([{**g, "nodes": 1}]) == [], "no limits: not a group across nodes"
+
+
+def test_rows_across_nodes_are_kept_apart_from_one_devices(tmp_path, monkeypatch):
+    """A row measured on one device and across nodes keeps both in the kind file, and
+    compare --settings best applies each to its own runs (planted: the nodes left out of
+    the merge's key drops one)."""
+    import json
+
+    one = _group("pytorch", "native", 10.0, 6.0)
+    nodes = {**_group("pytorch", "native", 4.0, 3.0, "ddp-small-buckets"), "nodes": 2,
+             "link": "10mbit"}
+    best = command.merged([{"machine_kind": "k", "env": {}, "command": "a", "measured": "1",
+                            "groups": [one, nodes]}])
+    assert [g["best"] for g in best["groups"]] == [["compiled"], ["ddp-small-buckets"]]
+    monkeypatch.setattr(command, "BEST_DIR", tmp_path)
+    (tmp_path / f"{settings.machine_kind()}.json").write_text(json.dumps(best))
+    assert command.resolve("best", ["pytorch"], ["native"], "lenet") == {
+        "pytorch/lenet/native": ["compiled"]}
+    assert command.resolve("best", ["pytorch"], ["native"], "lenet", nodes=2) == {
+        "pytorch/lenet/native": ["ddp-small-buckets"]}
+
+
+def exchanges(hlo: str) -> tuple[list[int], int]:
+    """The entry computation's all-reduces: how many arrays each carries, and whether
+    the last of them comes after every convolution in XLA's order (-1 when none)."""
+    entry = hlo[hlo.index("ENTRY"):].splitlines()
+    reduces = [(i, line) for i, line in enumerate(entry) if " all-reduce(" in line
+               or " all-reduce-start(" in line]
+    # a convolution, or a fusion XLA made of one (its op_name, JAX's conv_general_dilated)
+    convs = [i for i, line in enumerate(entry) if " convolution(" in line
+             or (" fusion(" in line and "conv_general_dilated" in line)]
+    arrays = [line.split(" all-reduce")[0].count("f32[") for _, line in reduces]
+    return arrays, int(bool(reduces) and reduces[0][0] > max(convs, default=-1))
+
+
+JAX_STEP_HLO = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+import numpy as np
+from common import models
+from common.facts import registry
+from frameworks.jax.native import MeshTrainer
+b = registry.get("jax")
+b.setup(cpu_devices=2, threads=1)
+t = MeshTrainer(b, "lenet", models.get("lenet").init_params(0, "glorot"), ["cpu:0", "cpu:1"],
+                0.1, "compiled")
+X, y = t._shard(np.zeros((16, 1, 28, 28), np.float32)), t._shard(np.zeros(16, np.int32))
+print(t._step.lower(t.params, t.state, X, y).compile().as_text())
+"""
+
+
+def test_jax_exchanges_every_gradient_in_one_all_reduce_after_the_backward_pass():
+    """What the across-nodes page says keeps JAX's exchange from overlapping its backward
+    pass on a CPU: XLA combines every gradient (and the loss) into one all-reduce, which
+    its schedule puts after the last convolution of the backward pass (its GPU
+    scheduler's flags have no CPU counterpart). Planted: that all-reduce moved before a
+    convolution, or split in two, fails the reading."""
+    if "jax" not in registry.installed():
+        pytest.skip("jax is not installed")
+    proc = run_python(["-c", JAX_STEP_HLO], framework="jax")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    hlo = proc.stdout
+    assert exchanges(hlo) == ([9], 1), exchanges(hlo)
+    lines = hlo[hlo.index("ENTRY"):].splitlines()
+    at = next(i for i, line in enumerate(lines) if " all-reduce(" in line)
+    conv = next(i for i, line in enumerate(lines) if " convolution(" in line)
+    moved = lines[:conv] + [lines[at]] + lines[conv:at] + lines[at + 1:]
+    assert exchanges("\n".join(moved))[1] == 0
+    split = "\n".join(lines + [lines[at].replace("%all-reduce", "%all-reduce.x")])
+    assert exchanges(split)[0] == [9, 9]

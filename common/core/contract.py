@@ -264,10 +264,18 @@ class Backend(ABC):
     def synchronize(self) -> None:
         """Wait for all queued work on every device."""
 
+    # The engine's gradient exchange as its communication settings set it (common/facts/
+    # settings.py, kind "communication"): {setting name: {option: value}}, the options
+    # gathered in `comm` for the trainer across processes that the framework builds
+    COMMUNICATION: dict[str, dict] = {}
+    comm: dict = {}
+
     def apply_setting(self, name: str) -> None:
         """An in-process setting of the framework's table (common/facts/settings.py, a
         Setting with hook=True), applied after setup and before any trainer is built."""
-        raise NotApplicable(f"{self.name} has no in-process switch {name!r}")
+        if name not in self.COMMUNICATION:
+            raise NotApplicable(f"{self.name} has no in-process switch {name!r}")
+        self.comm = {**self.comm, **self.COMMUNICATION[name]}
 
     def op_profiler(self, folder: str) -> OpProfiler:
         """The framework's own op-level profiler (frameworks/<fw>/profile.py), writing

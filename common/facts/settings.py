@@ -48,6 +48,9 @@ class Setting:
     needs_file: str | None = None   # a file that must exist (a library to preload)
     # "float32" or the lower precision it computes in (its own tolerance: PRECISION)
     precision: str = "float32"
+    # the part of the gradients' bytes it puts on the link (a compression), which the
+    # links' check of what they carried expects (common/launch/netns.py)
+    wire_share: float = 1.0
 
 
 # How far a setting's run may stray from the defaults' on the same weights and batches
@@ -56,9 +59,11 @@ class Setting:
 # lose after the default epochs. float32: other kernels and summation orders, a few ulps
 # per op growing over the steps (rows of different frameworks agree to 1e-4 on LeNet's
 # first steps); TF32 keeps 10 mantissa bits (relative rounding 2^-11, about 5e-4 per
-# product); bfloat16 keeps 7 (2^-8, about 4e-3)
+# product); float16 gradients on the link (a communication setting) keep 10 as well, one
+# rounding of each summed gradient a step; bfloat16 keeps 7 (2^-8, about 4e-3)
 PRECISION = {"float32": {"step_loss": 2e-3, "accuracy": 0.02},
              "tf32": {"step_loss": 2e-2, "accuracy": 0.02},
+             "float16": {"step_loss": 2e-2, "accuracy": 0.02},
              "bfloat16": {"step_loss": 1e-1, "accuracy": 0.03}}
 AGREE_STEPS = 10
 # The precision the defaults themselves compute in, by device kind: on NVIDIA GPUs from
@@ -76,6 +81,13 @@ _XLA_FLAGS = "https://docs.jax.dev/en/latest/xla_flags.html"
 _YNN_OFF = Setting("ynn-fusion-off", "XLA's CPU YNNPACK fusions off (XLA_FLAGS)", _XLA_FLAGS,
                    "compile", ("cpu",), {"XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type="})
 _OMP_AFFINITY = {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
+# The gradient exchange across nodes (kind "communication"): applied in runs across
+# nodes only (why_not), and benchmarks.settings measures it across emulated nodes
+# (--nodes 2 --link RATE). The buffer sizes are 0.25 MB so that LeNet's gradients (516
+# KB, every engine's default buffer holding them all) go in two parts: the dense layers'
+# (415 KB), ready early in the backward pass, whose exchange can then run beside the
+# convolutions' backward, and the convolutions' (101 KB)
+COMM_BUFFER_MB = 0.25
 # bfloat16 on a CPU pays where the CPU has bfloat16 instructions (AVX-512 BF16, AMX);
 # elsewhere the kernels convert in software
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -99,6 +111,14 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
                 "matrix products in bfloat16, weights and losses in float32",
                 "https://pytorch.org/docs/stable/amp.html#cpu-op-specific-behavior", "precision",
                 ("cpu",), hook=True, needs_flags=BF16_FLAGS, precision="bfloat16"),
+        Setting("ddp-small-buckets", f"DDP's gradient buckets of {COMM_BUFFER_MB} MB "
+                "(bucket_cap_mb; default 25 MB, the first bucket 1 MB): a bucket's all-reduce "
+                "starts while the backward pass goes on",
+                "https://pytorch.org/docs/stable/generated/"
+                "torch.nn.parallel.DistributedDataParallel.html", "communication", hook=True),
+        Setting("fp16-compress", "DDP's fp16_compress_hook: gradients cross the link as "
+                "float16, half the bytes", "https://pytorch.org/docs/stable/ddp_comm_hooks.html",
+                "communication", hook=True, precision="float16", wire_share=0.5),
         Setting("cudnn-benchmark", "cuDNN's auto-tuner picks each convolution's algorithm "
                 "(torch.backends.cudnn.benchmark)", _TORCH_TUNING, "library", ("gpu",), hook=True),
         Setting("tf32", "TF32 tensor cores for float32 matrix products "
@@ -115,6 +135,10 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
                 "https://www.tensorflow.org/api_docs/python/tf/config/optimizer/"
                 "set_experimental_options", "precision", ("cpu",), hook=True,
                 needs_flags=BF16_FLAGS, precision="bfloat16"),
+        Setting("collective-packs", "MultiWorkerMirroredStrategy's gradients all-reduced in "
+                "packs of 256 KiB (CommunicationOptions bytes_per_pack; default 0, one pack), "
+                "so that packs overlap", "https://www.tensorflow.org/api_docs/python/tf/"
+                "distribute/experimental/CommunicationOptions", "communication", hook=True),
     ),
     "mxnet": (
         Setting("hybridize", "hybridize(static_alloc, static_shape) for every mode",
@@ -123,6 +147,11 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
         Setting("omp-affinity", "OpenMP threads bound to cores (OMP_PROC_BIND, OMP_PLACES)",
                 "https://mxnet.apache.org/versions/1.9.1/api/faq/perf", "threads", ("cpu",),
                 _OMP_AFFINITY),
+        Setting("split-big-arrays", "KVStore splits every array above 2^15 elements over "
+                "all servers (MXNET_KVSTORE_BIGARRAY_BOUND; default 10^6: LeNet's 102,400-element "
+                "dense weight goes whole to one server)",
+                "https://mxnet.apache.org/versions/1.9.1/api/faq/env_var", "communication",
+                env={"MXNET_KVSTORE_BIGARRAY_BOUND": "32768"}),
     ),
     "paddle": (
         Setting("to-static", "paddle.jit.to_static: the forward as a static program",
@@ -131,6 +160,10 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
         Setting("onednn", "oneDNN kernels in dynamic graph mode (FLAGS_use_mkldnn)",
                 "https://www.paddlepaddle.org.cn/documentation/docs/en/guides/flags/"
                 "flags_en.html", "library", ("cpu",), {"FLAGS_use_mkldnn": "1"}),
+        Setting("small-buffers", f"DataParallel's gradient buffers of {COMM_BUFFER_MB} MB "
+                "(comm_buffer_size, last_comm_buffer_size; default 25 MB and 1 MB)",
+                "https://www.paddlepaddle.org.cn/documentation/docs/en/api/paddle/"
+                "DataParallel_en.html", "communication", hook=True),
     ),
     "jax": (
         _YNN_OFF,
@@ -139,6 +172,11 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
         Setting("bf16-matmul", "bfloat16 matrix products and convolutions "
                 "(JAX_DEFAULT_MATMUL_PRECISION)", _JAX_GPU, "precision", ("gpu",),
                 {"JAX_DEFAULT_MATMUL_PRECISION": "bfloat16"}, precision="bfloat16"),
+        # XLA:CPU has no such scheduler: its collectives run in the program's order
+        Setting("latency-hiding", "XLA's latency-hiding scheduler: collectives overlap "
+                "compute (--xla_gpu_enable_latency_hiding_scheduler)", _JAX_GPU,
+                "communication", ("gpu",),
+                {"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true"}),
     ),
     "keras-tensorflow": (
         Setting("xla", "Model.compile(jit_compile=True): train_step compiled by XLA",
@@ -171,8 +209,15 @@ def get(framework: str, names) -> list[Setting]:
     return [s for s in own.values() if s.name in names]
 
 
-def why_not(setting: Setting, device_kind: str, flags: set[str] | None = None) -> str | None:
-    """Why a setting cannot run on this machine's `device_kind` ("cpu" or "gpu"), or None."""
+def why_not(setting: Setting, device_kind: str, flags: set[str] | None = None,
+            nodes: int | None = None) -> str | None:
+    """Why a setting cannot run on this machine's `device_kind` ("cpu" or "gpu"), in a run
+    across `nodes` nodes where that is known, or None. A communication setting is the
+    exchange across nodes (on one node, TensorFlow's and MXNet's devices share a process,
+    where their engines' options do not act): it is applied and measured there only."""
+    if setting.kind == "communication" and nodes is not None and nodes < 2:
+        return (f"{setting.name} sets the gradient exchange across nodes: give --nodes 2 or "
+                "more (benchmarks.settings: --nodes 2 --link RATE)")
     if device_kind not in setting.devices:
         return f"{setting.name} applies to {' and '.join(setting.devices)} runs, not {device_kind}"
     flags = machine.cpu_flags() if flags is None else flags
@@ -197,6 +242,14 @@ def env_of(settings: list[Setting]) -> dict[str, str]:
             else:
                 env[k] = v
     return env
+
+
+def wire_share(framework: str, names) -> float:
+    """The part of the gradients' bytes a run with these settings puts on the link."""
+    share = 1.0
+    for s in get(framework, names or []):
+        share *= s.wire_share
+    return share
 
 
 def execution_of(settings: list[Setting], default: str) -> str:

@@ -242,7 +242,8 @@ def counters(interface: str) -> dict[str, int]:
 LEAST_SHARE = 0.75
 
 
-def carried(per_node: list[dict | None], nodes: int, model, steps: int) -> dict:
+def carried(per_node: list[dict | None], nodes: int, model, steps: int,
+            share: float = 1.0) -> dict:
     """What the links carried in the timed epochs (each node's bytes sent and received),
     beside the least that data parallelism must send: `short` says why not, else None.
     Both engines here move 2(n-1) x P bytes over all the links per step, P the gradients'
@@ -250,18 +251,21 @@ def carried(per_node: list[dict | None], nodes: int, model, steps: int) -> dict:
     servers, each worker pushes every key that another node serves and pulls it back,
     2 x P x (n-1)/n a worker whichever node serves it); LEAST_SHARE of that is the bound,
     so that headers never trip it while a part of the traffic that went elsewhere (over
-    a node's own loopback) does."""
+    a node's own loopback) does. `share`: the part of P that the run's settings put on the
+    link (a gradient compression: settings.wire_share)."""
     gradient = models.param_bytes(model.NAME)
-    least = int(LEAST_SHARE * nodes * perf.ring_bytes(gradient, nodes) * steps)
+    least = int(LEAST_SHARE * nodes * perf.ring_bytes(gradient * share, nodes) * steps)
     out = {"tx_bytes": [c and c["tx"] for c in per_node],
            "rx_bytes": [c and c["rx"] for c in per_node], "gradient_bytes": gradient,
-           "timed_steps": steps, "least_bytes": least, "short": None}
+           "timed_steps": steps, "least_bytes": least, "short": None,
+           **({"wire_share": share} if share != 1.0 else {})}
     sent = sum(out["tx_bytes"]) if None not in out["tx_bytes"] else None
     if sent is None:
         out["short"] = "a node's lead did not count its link's bytes"
     elif sent < least:
         out["short"] = (f"the nodes' links carried {sent} bytes in the {steps} timed steps, less "
-                        f"than {least}, {LEAST_SHARE:g} of the 2(n-1) x {gradient} bytes a step "
+                        f"than {least}, {LEAST_SHARE:g} of the 2(n-1) x {gradient}"
+                        + (f" x {share:g}" if share != 1.0 else "") + " bytes a step "
                         "that an all-reduce of the gradients moves: the traffic did not cross "
                         "the link (some of it went over a node's own loopback?)")
     return out

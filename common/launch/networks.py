@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import ContextManager
 
 from common import models
+from common.facts import settings
 from common.launch import launcher, netns, nodes, slurm
 
 
@@ -204,7 +205,8 @@ class Netns(_Here):
                    net.link())
 
     def carried(self, counted, cfg, steps):
-        return netns.carried(counted, cfg.nodes, models.get(cfg.model), steps)
+        return netns.carried(counted, cfg.nodes, models.get(cfg.model), steps,
+                             settings.wire_share(cfg.framework, cfg.settings))
 
     def clean_stale(self) -> None:
         netns.clean_stale()

@@ -42,10 +42,18 @@ if __package__ in (None, ""):      # run as a script: the repository root on the
 from common.core.loop import train  # noqa: E402 (after the path fix above)
 from common.core.modes import MODES  # noqa: E402
 from common.core.plan import RunConfig  # noqa: E402
-from common.facts import data as data_mod, registry  # noqa: E402
+from common.facts import data as data_mod, registry, settings  # noqa: E402
 from common.launch import launcher, netns, progress  # noqa: E402
 from common.results import trace, utilisation  # noqa: E402
 from common.results.record import write_rank_part  # noqa: E402
+
+
+def apply_settings(backend, cfg: RunConfig) -> None:
+    """The run's in-process settings (common/facts/settings.py), after the backend's set-up
+    and before any trainer is built: in this process, and in every rank's."""
+    for s in settings.get(cfg.framework, cfg.settings):
+        if s.hook:
+            backend.apply_setting(s.name)
 
 
 def rank_main(cfg: RunConfig, result_path: Path, tell: bool = True) -> None:
@@ -58,6 +66,7 @@ def rank_main(cfg: RunConfig, result_path: Path, tell: bool = True) -> None:
     held = max(1, cfg.devices // rank.local_world_size)
     backend.setup(cpu_devices=held, threads=(cfg.cores_per_device * held if cfg.cores_per_device
                                              else max(1, cfg.threads // rank.local_world_size)))
+    apply_settings(backend, cfg)      # before join: an engine's exchange is set up there
     if tell and rank.local_rank == 0:
         progress.say(progress.STARTED)()
     rank = backend.join(rank, cfg.join_timeout) or rank   # a framework may number ranks itself

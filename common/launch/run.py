@@ -19,10 +19,10 @@ from common.core.loop import DIVERGENCE_FACTOR, train
 from common.core import profiling
 from common.core.modes import MODES
 from common.core.plan import RunConfig
-from common.facts import data as data_mod, registry, settings as settings_mod
+from common.facts import data as data_mod, registry
 from common.facts.machine import env_info, framework_version
 from common.launch import launcher, networks, nodes, progress
-from common.launch.rank import _rank_main
+from common.launch.rank import _rank_main, apply_settings
 from common.results import profile, trace, utilisation
 from common.results.record import mark_not_installed, new_record, read_rank_parts
 
@@ -90,10 +90,6 @@ def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> d
         ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
         record["framework_version"] = backend.version()
         if processes > 1:
-            hooks = [s.name for s in settings_mod.get(cfg.framework, cfg.settings) if s.hook]
-            if hooks:
-                raise NotApplicable(f"in-process settings ({', '.join(hooks)}) are applied in "
-                                    "one-process runs only; a process per device does not take them yet")
             record["device_names"] = mode.devices(backend, cfg.devices)
             mode.precheck(backend, cfg, record["device_names"])
             with tempfile.TemporaryDirectory() as tmp:
@@ -108,9 +104,7 @@ def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> d
             peak = result.pop("peak_memory_mb_device")
         else:
             backend.setup(cpu_devices=cfg.devices, threads=threads)
-            for s in settings_mod.get(cfg.framework, cfg.settings):
-                if s.hook:
-                    backend.apply_setting(s.name)
+            apply_settings(backend, cfg)
             devices = mode.devices(backend, cfg.devices)
             record["device_names"] = devices
             mode.precheck(backend, cfg, devices)

@@ -47,14 +47,14 @@ LAYERED = {"resnet18": ResNet18Layer}
 
 
 class DataParallelTrainer(ModuleTrainer):
-    def __init__(self, layer, lr, rank, world, execution="eager"):
+    def __init__(self, layer, lr, rank, world, execution="eager", **comm):
         self.rank, self.world = rank, world
         self.module = layer
         # compiled: the layer's forward (training and evaluation) converted by
         # paddle.jit.to_static into static programs; DataParallel wraps it as it is
         self.model = paddle.jit.to_static(layer, full_graph=True) if execution == "compiled" else layer
         if world > 1:
-            self.model = paddle.DataParallel(self.model)
+            self.model = paddle.DataParallel(self.model, **comm)
         self.opt = paddle.optimizer.SGD(learning_rate=lr, parameters=self.module.parameters())
         self.batch = None
 
@@ -84,6 +84,11 @@ class DataParallelTrainer(ModuleTrainer):
 
 
 class Native:
+    # DataParallel's options that the communication settings set (common/facts/settings.py):
+    # gradient buffers of 0.25 MB (defaults 25 MB, the last 1 MB: all of LeNet's 516 KB in
+    # one buffer, reduced after the whole backward pass)
+    COMMUNICATION = {"small-buffers": {"comm_buffer_size": 0.25, "last_comm_buffer_size": 0.25}}
+
     sync_bn_needs_gpu = ("paddle.nn.SyncBatchNorm has GPU kernels only (CPU build, gloo, under "
                          "DataParallel, its forward: 'The kernel `sync_batch_norm` is not "
                          "registered')")
@@ -95,7 +100,7 @@ class Native:
         if sync_bn:
             # BatchNorm2D -> SyncBatchNorm: batch statistics all-reduced over the ranks
             layer = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(layer)
-        return DataParallelTrainer(layer, lr, rank, world, execution)
+        return DataParallelTrainer(layer, lr, rank, world, execution, **self.comm)
 
     def join(self, rank, timeout=None):
         # paddle.distributed.launch has set its own variables; under common.launch.launcher,

@@ -50,9 +50,10 @@ class Devices:
     }
 
     def apply_setting(self, name):
-        if name not in self.SWITCHES:
+        if name in self.SWITCHES:
+            self.SWITCHES[name]()
+        else:
             super().apply_setting(name)
-        self.SWITCHES[name]()
 
     def num_gpus(self):
         return torch.cuda.device_count()

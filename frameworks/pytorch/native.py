@@ -6,6 +6,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from common import models
@@ -14,6 +15,10 @@ from common.facts.data import shard_bounds
 
 from .devices import compile_check, torch_device
 from .models import ResNet18Module, loss_sum, to_layout
+
+# DDP's communication hooks by the name a setting gives (common/facts/settings.py):
+# gradients cast to float16 for the all-reduce, and back
+COMM_HOOKS = {"fp16": default_hooks.fp16_compress_hook}
 
 
 class OpsModule(nn.Module):
@@ -55,13 +60,18 @@ LAYERED = {"resnet18": ResNet18Module}
 
 
 class DDPTrainer(ModuleTrainer):
-    def __init__(self, module, device, lr, rank, world, execution="eager"):
+    def __init__(self, module, device, lr, rank, world, execution="eager", bucket_cap_mb=None,
+                 comm_hook=None):
         self.device, self.rank, self.world = torch_device(device), rank, world
         self.module = module.to(self.device)
         self.model = self.module
         if world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
-            self.model = DistributedDataParallel(self.module, device_ids=ids)
+            self.model = DistributedDataParallel(self.module, device_ids=ids,
+                                                 **({"bucket_cap_mb": bucket_cap_mb}
+                                                    if bucket_cap_mb else {}))
+            if comm_hook:
+                self.model.register_comm_hook(None, COMM_HOOKS[comm_hook])
         if execution == "compiled":
             # training steps through the compiled model (under DDP, its DDPOptimizer
             # splits the graph at the gradient buckets so that all-reduces overlap);
@@ -120,6 +130,13 @@ class DataParallelTrainer(DDPTrainer):
 
 
 class Native:
+    # DDP's options that the communication settings set (common/facts/settings.py): the
+    # bucket size an all-reduce waits for (default 25 MB, the first bucket 1 MB: all of
+    # LeNet's 516 KB in one, reduced after the whole backward pass), and the gradients'
+    # type on the link
+    COMMUNICATION = {"ddp-small-buckets": {"bucket_cap_mb": 0.25},
+                     "fp16-compress": {"comm_hook": "fp16"}}
+
     def dataparallel_trainer(self, model, params, devices, lr, execution):
         if execution != "eager":
             raise NotApplicable("nn.DataParallel replicates the module onto every GPU in each "
@@ -140,7 +157,7 @@ class Native:
         if sync_bn:
             # BatchNorm2d -> SyncBatchNorm: batch statistics all-reduced over the ranks
             module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
-        return DDPTrainer(module, devices[0], lr, rank, world, execution)
+        return DDPTrainer(module, devices[0], lr, rank, world, execution, **self.comm)
 
     def _module(self, model, params):
         state = models.get(model).init_state()

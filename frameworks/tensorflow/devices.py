@@ -36,6 +36,11 @@ class Devices:
     def version(self):
         return tf.__version__
 
+    # the strategy's CommunicationOptions that the communication settings set (common/
+    # facts/settings.py): packs of 256 KiB (default 0, one pack: every gradient waits
+    # for the whole backward pass)
+    COMMUNICATION = {"collective-packs": {"bytes_per_pack": 256 * 1024}}
+
     def apply_setting(self, name):
         # Grappler rewrites the graphs tf.function builds (oneDNN's bfloat16 kernels where
         # numerically safe, float32 kept for the rest): eager ops are left as they are
@@ -108,7 +113,7 @@ class Devices:
         options = tf.distribute.experimental.CommunicationOptions(
             # RING (gRPC) collectives on CPUs; NCCL where there are GPUs
             implementation=kinds.NCCL if self.num_gpus() else kinds.RING,
-            timeout_seconds=timeout)
+            timeout_seconds=timeout, **self.comm)
         self.cluster_strategy = tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=options)
         # a first collective: returns once every worker of TF_CONFIG is up
