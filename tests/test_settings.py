@@ -363,6 +363,14 @@ def test_the_report_shows_the_best_known_settings_of_its_machine_kind(tmp_path, 
     assert "| jax | lenet | native | ynn-fusion-off | 10.15 | 7.15 |" in lines
     assert sum(line.startswith("| jax") for line in lines) == 1
     assert page.best_known_lines([{**row, "env": {**env, "cpu_count": 4}}]) == []
+    # a run across nodes is set beside the row measured across nodes, never the one-device
+    # row (planted: the nodes left out of the key shows ynn-fusion-off's times for it)
+    assert page.best_known_lines([{**row, "nodes": 2}]) == []
+    across = {**group, "nodes": 2, "link": "10mbit", "best": []}
+    (tmp_path / f"{kind}.json").write_text(json.dumps(
+        {"machine_kind": kind, "measured": "2026-11-26", "groups": [group, across]}))
+    assert "| jax | lenet | native, 2 nodes at 10mbit | the defaults | 10.15 | 10.15 |" in \
+        page.best_known_lines([{**row, "nodes": 2}])
 
 
 def test_compare_settings_best_needs_this_machine_kinds_decisions(tmp_path, monkeypatch):

@@ -133,15 +133,17 @@ def best_known_lines(records: list[dict]) -> list[str]:
     known = settings.best_known(env) if env else None
     if not known:
         return []
-    groups = {(g["framework"], g["model"], g["mode"]): g for g in known["groups"]
-              if g.get("nodes", 1) == 1}
+    # a row on one device, or one across nodes (a group measured across nodes)
+    groups = {(g["framework"], g["model"], g["mode"], g.get("nodes", 1) > 1): g
+              for g in known["groups"]}
     lines = []
     for r in records:
-        g = groups.get((r["framework"], r.get("model", "lenet"), r["mode"]))
-        if r.get("settings") or r["devices"] != 1 or (r.get("nodes") or 1) > 1 or g is None:
+        across = (r.get("nodes") or 1) > 1
+        g = groups.get((r["framework"], r.get("model", "lenet"), r["mode"], across))
+        if r.get("settings") or r["devices"] != 1 or g is None:
             continue
         base, best = best_of(g)
-        lines.append(f"| {r['framework']} | {g['model']} | {r['mode']} | "
+        lines.append(f"| {r['framework']} | {g['model']} | {mode_cell(g)} | "
                      f"{'+'.join(g['best']) or 'the defaults'} | {_cell(base, '.2f')} | "
                      f"{_cell(best, '.2f')} |")
     if not lines:
