@@ -156,7 +156,8 @@ def arms(framework: str, mode: str, wanted: list[str] | None, device_kind: str,
             continue
         why = settings.why_not(s, device_kind, nodes=nodes)
         if why is None and nodes > 1 and s.kind != "communication":
-            why = f"measured on one device, as its kind ({s.kind}) acts there (benchmarks.settings without --nodes)"
+            why = (f"not a communication setting ({s.kind}): measured on one device "
+                   "(benchmarks.settings without --nodes)")
         execution = settings.execution_of([s], default)
         if why is None and execution == default and not s.env and not s.hook:
             why = f"{execution} is already {mode} mode's default execution"
