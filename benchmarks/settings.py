@@ -303,13 +303,15 @@ def _sec(record: dict) -> float | None:
     return statistics.median(record["sec_per_epoch"]) if record.get("status") == "ok" else None
 
 
-def agreement(arm: list[dict], default: list[dict], names_: list[str], framework: str) -> str | None:
-    """Why the arm's numbers are wrong, or None: its first step losses against the
-    defaults' (first repeat of each) at its precision's tolerance, and its test accuracy."""
+def agreement(arm: list[dict], default: list[dict], names_: list[str], framework: str,
+              model: str = "lenet") -> str | None:
+    """Why the arm's numbers are wrong, or None: its first step losses (the model's
+    count: page.agree_steps) against the defaults' (first repeat of each) at its
+    precision's tolerance, and its test accuracy."""
     precision = settings.precision_of(settings.get(framework, names_),
                                       default[0].get("device_kind") or "cpu")
     tol = settings.PRECISION[precision]
-    n = settings.AGREE_STEPS
+    n = page.agree_steps(model)
 
     def apart(a: dict, d: dict) -> float | None:
         la, ld = a["step_losses"][:n], d["step_losses"][:n]
@@ -336,7 +338,7 @@ def agreement(arm: list[dict], default: list[dict], names_: list[str], framework
 
 
 def decide(label: str, names_: list[str], arm: list[dict], default: list[dict],
-           framework: str, band: float) -> dict:
+           framework: str, band: float, model: str = "lenet") -> dict:
     """An arm's decision: kept, or rejected with the reason."""
     failed = [r for r in arm if r.get("status") != "ok"]
     out = {"setting": label, "settings": names_, "precision": settings.precision_of(
@@ -351,7 +353,7 @@ def decide(label: str, names_: list[str], arm: list[dict], default: list[dict],
     v = verdict(before, after, band)
     out.update(sec_default=statistics.median(before), sec=statistics.median(after),
                ratio=v["ratio"], verdict=says(v), repeats=list(v["repeats"]))
-    wrong = agreement(arm, default, names_, framework)
+    wrong = agreement(arm, default, names_, framework, model)
     if wrong:
         return {**out, "decision": "wrong numbers", "why": wrong}
     if v["verdict"] == "faster":
@@ -370,14 +372,14 @@ def decisions_of(out: Path, g: dict, band: float) -> tuple[list[dict], list[str]
     if any(r.get("status") != "ok" for r in default):
         bad = next(r for r in default if r.get("status") != "ok")
         return g["refused"], [], "the defaults' run failed: " + str(bad.get("error")).splitlines()[0]
-    decisions = [decide(label, n, _records(out, g, label), default, f, band)
+    decisions = [decide(label, n, _records(out, g, label), default, f, band, g["model"])
                  for label, n, _ in g["arms"] if _records(out, g, label)] + g["refused"]
     kept = [d for d in decisions if d["decision"] == "kept"]
     best = min(kept, key=lambda d: d["sec"] / d["sec_default"])["settings"] if kept else []
     both = out / TOGETHER
     if g.get("together") and _records(both, g, TOGETHER):
         d = decide(TOGETHER, g["together"][1], _records(both, g, TOGETHER),
-                   _records(both, g, "default"), f, band)
+                   _records(both, g, "default"), f, band, g["model"])
         decisions.append(d)
         if d["decision"] == "kept" and d["sec"] / d["sec_default"] < min(
                 k["sec"] / k["sec_default"] for k in kept):

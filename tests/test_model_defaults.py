@@ -6,6 +6,7 @@ from common import models
 
 
 COMMAND_KEYS = {"profile": {"batch", "steps"}, "pipeline": {"batch", "steps"},
+                "settings": {"agree_steps"},
                 "links": {"batch", "compute_batches", "rates", "steps"}}
 
 

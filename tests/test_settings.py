@@ -223,6 +223,24 @@ def test_a_lower_precision_is_judged_at_its_own_tolerance():
                           0.05)["decision"] == "wrong numbers"
 
 
+def test_a_model_whose_trajectory_parts_sooner_is_held_to_fewer_steps():
+    """ResNet-18's float32 trajectory parts after its second step (two correct kernels'
+    losses 4e-3 apart at the third, 10 % by the sixth), so its settings are held to its
+    first 2 losses, LeNet's to 10 (planted: the model's count ignored rejects every
+    ResNet-18 setting as wrong numbers)."""
+    from common.reports import settings as page
+    parted = [_record(7.0 + 0.1 * i, losses=[2.3, 2.2] + [(2.1 - 0.1 * k) * 1.05 for k in range(10)])
+              for i in range(4)]
+    assert page.agree_steps("resnet18") == 2 and page.agree_steps("lenet") == 10
+    assert command.decide("compiled", ["compiled"], parted, DEFAULT, "pytorch", 0.05,
+                          "resnet18")["decision"] == "kept"
+    assert command.decide("compiled", ["compiled"], parted, DEFAULT, "pytorch", 0.05,
+                          "lenet")["decision"] == "wrong numbers"
+    early = [_record(7.0, losses=[2.3, 2.2 * 1.01] + [2.1] * 10) for _ in range(4)]
+    assert command.decide("compiled", ["compiled"], early, DEFAULT, "pytorch", 0.05,
+                          "resnet18")["decision"] == "wrong numbers"
+
+
 # --- the commands' bad input, and compare's tuned rows ---
 
 @pytest.mark.parametrize("argv, says", [

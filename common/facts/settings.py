@@ -54,7 +54,8 @@ class Setting:
 
 
 # How far a setting's run may stray from the defaults' on the same weights and batches
-# (the relative difference of the first AGREE_STEPS step losses, the defaults' being the
+# (the relative difference of the first step losses, as many as the model says: its
+# COMMANDS["settings"]["agree_steps"]; the defaults' being the
 # run the conformance suite holds to the NumPy oracle), and how much test accuracy it may
 # lose after the default epochs. float32: other kernels and summation orders, a few ulps
 # per op growing over the steps (rows of different frameworks agree to 1e-4 on LeNet's
@@ -65,7 +66,6 @@ PRECISION = {"float32": {"step_loss": 2e-3, "accuracy": 0.02},
              "tf32": {"step_loss": 2e-2, "accuracy": 0.02},
              "float16": {"step_loss": 2e-2, "accuracy": 0.02},
              "bfloat16": {"step_loss": 1e-1, "accuracy": 0.03}}
-AGREE_STEPS = 10
 # The precision the defaults themselves compute in, by device kind: on NVIDIA GPUs from
 # Ampere on, float32 convolutions run on TF32 tensor cores by default (PyTorch's
 # torch.backends.cudnn.allow_tf32 is True; XLA's default precision of float32 products),

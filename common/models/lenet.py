@@ -41,6 +41,8 @@ UNIT_COST = (1, 1)                # two units: any cost gives the one cut
 # fitted at one is validated at the other) and steps per epoch; pipeline, the batch and
 # steps per epoch (2 epochs, the second timed)
 COMMANDS = {"profile": {"batch": 256, "steps": 10},
+            # benchmarks.settings holds a setting's first 10 step losses to the defaults'
+            "settings": {"agree_steps": 10},
             "links": {"batch": 128, "compute_batches": (32, 128, 512),
                       "rates": ("10mbit", "100mbit", "1gbit", "unshaped"), "steps": 8},
             "pipeline": {"batch": 256, "steps": 20}}

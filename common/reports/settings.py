@@ -2,6 +2,7 @@
 the decision on each with its reason, and each row's best, from the decisions file alone."""
 from __future__ import annotations
 
+from common import models
 from common.facts import settings
 from common.facts.machine import cpu_line
 
@@ -10,6 +11,13 @@ from common.facts.machine import cpu_line
 # whichever is longer, the other hidden behind it)
 GOAL = 1.5
 LINK_GOAL = 1.15
+
+
+def agree_steps(model: str) -> int:
+    """How many first step losses a setting's run is held to the defaults' by: the
+    model's own count (its COMMANDS["settings"]), fewer where its float32 trajectory
+    parts sooner."""
+    return models.get(model).COMMANDS["settings"]["agree_steps"]
 
 
 def mode_cell(g: dict) -> str:
@@ -171,7 +179,9 @@ def markdown(results: dict) -> str:
         "Every setting against the defaults, one at a time (then the kept ones together): "
         "kept when the verdict (Welch on the repeats' log sec/epoch, band "
         f"{results['noise']:.0%}) says faster and the run agrees with the defaults' on the "
-        f"same weights and batches ({tol}; the first {settings.AGREE_STEPS} step losses).", "",
+        f"same weights and batches ({tol}; the first step losses: " + ", ".join(
+            f"{m}'s first {agree_steps(m)}" for m in dict.fromkeys(g["model"] for g in groups))
+        + ").", "",
         *decision_rows(groups), "",
         "## Best per row", "", *best_rows(groups), "",
         *(["## Best against best", "", "Each row's best (and its defaults) divided by the "
