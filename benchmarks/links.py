@@ -191,6 +191,11 @@ def resolve(args) -> None:
     names(args.model, models.NAMES, "model")
     names(args.runs, RUNS, "runs")
     netns.rate_bits(args.fit_rate)        # ValueError: not a rate
+    can_emulate()
+
+
+def can_emulate() -> None:
+    """UsageError where this machine cannot emulate nodes or run the link probe (t2)."""
     why = netns.unavailable()
     if why:
         raise UsageError(why)

@@ -38,7 +38,6 @@ TIMEOUT = 3600.0
 LINK = "10mbit"          # --nodes' default link: issue 37's, where t2 outgrows t1
 DECISIONS = "settings.json"
 T1 = "t1"                # a group across nodes: one node's compute, its records' label
-LINKS_PROBE = "pytorch"  # t2's probe: torch's gloo ring (benchmarks.links)
 TOGETHER = "together"
 BEST_DIR = settings.BEST_DIR
 
@@ -211,12 +210,8 @@ def across(args) -> str | None:
         netns.rate_bits(link)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    why = netns.unavailable()
-    if why:
-        raise UsageError(f"--nodes {args.nodes}: {why}")
-    if not registry.is_installed(LINKS_PROBE):
-        raise UsageError(f"--nodes: t2's probe is torch's gloo all-reduce: install pytorch "
-                         f"({registry.install_hint(LINKS_PROBE)})")
+    from .links import can_emulate
+    can_emulate()
     return link
 
 
