@@ -294,6 +294,11 @@ SEEN = {
          "dense backward"),
         ("reduce: jit(step)/jvp()/reduce_sum @ avg_pool2", "pooling"),
         ("reduce: jit(step)/jvp()/reduce_sum @ ResNet18.apply_units", "pooling"),
+        # XLA:CPU's reductions rewritten as reduce-windows (XLA_FLAGS ynn fusions off)
+        ("pooling backward: jit(step)/transpose(jvp())/reduce_sum @ batch_norm", "batchnorm"),
+        ("pooling: jit(step)/jvp()/reduce_sum @ batch_norm", "batchnorm"),
+        ("pooling: jit(step)/sub @ sgd_update.<locals>.<listcomp>", "optimizer update"),
+        ("pooling: jit(step)/div @ MeshTrainer.__init__.<locals>.step", "other named ops"),
         ("elementwise: jit(step)/jvp()/jit(relu)/max @ LeNet.apply_units", "activation"),
         ("elementwise backward: jit(step)/transpose(jvp())/select_n @ LeNet.apply_units",
          "activation"),
@@ -337,6 +342,46 @@ def test_seen_event_names_get_their_classes(framework):
     rules = profile.compile_rules(tables[0])
     got = {name: profile.classify(name, rules) for name in SEEN[framework]}
     assert got == SEEN[framework]
+
+
+# Keras on JAX: Keras's rules, then JAX's (frameworks/keras/profile.py KerasProfiler),
+# on names read from its ResNet-18 trace (batch 256, docs/results/cpu-2core-best/)
+KERAS_ON_JAX_SEEN = {
+    # XLA fused the update into the weight gradient's convolution: a convolution
+    "convolution: jit(train_step)/sgd/sub @ subtract": "conv backward",
+    "elementwise: jit(train_step)/sgd/sub @ subtract": "optimizer update",
+    "reduce backward: jit(train_step)/transpose(jvp(stage2_block1_bn2))/reduce_sum "
+    "@ batch_normalization": "batchnorm",
+    "elementwise backward: jit(train_step)/transpose(jvp(stage2_block1_bn2))/add_any "
+    "@ moments": "batchnorm",
+    "data movement: jit(train_step)/jvp(stage2_block1_bn2)/mul @ batch_normalization":
+        "copies and layout",
+    # Conv2D's bias, the residual Add layer's add
+    "elementwise: jit(train_step)/jvp(stage3_block1_conv2)/add @ add": "conv forward",
+    "reduce backward: jit(train_step)/transpose(jvp(stage4_block2_conv2))/reduce_sum @ add":
+        "conv backward",
+    "reduce backward: jit(train_step)/transpose(jvp(stage1_block1_shortcut))/reduce_sum @ add":
+        "conv backward",
+    "elementwise: jit(train_step)/jvp(add_3)/add @ add": "other named ops",
+    "pooling: jit(train_step)/jvp(stage2_block1_bn1)/jit(_var)/reduce_sum @ moments":
+        "batchnorm",
+    "pooling backward: jit(train_step)/transpose(jvp(stage2_block1_bn1))/reduce_sum "
+    "@ batch_normalization": "batchnorm",
+    "pooling: jit(train_step)/sgd/sub @ subtract": "optimizer update",
+    "convolution backward: jit(train_step)/transpose(jvp(stage1_block1_conv1))/"
+    "conv_general_dilated @ conv": "conv backward",
+    "elementwise: jit(train_step)/jvp(re_lu_3)/jit(relu)/max @ relu": "activation",
+}
+
+
+def test_keras_on_jax_names_get_their_classes():
+    """Keras's rules ahead of JAX's: its BatchNormalization, its Conv2D's bias, and an
+    update XLA fused into a convolution each land in their class (without these rules,
+    ResNet-18's BatchNorm and bias gradients were "other named ops", and a weight
+    gradient's convolution "optimizer update")."""
+    rules = profile.compile_rules(rules_of("keras-jax")[0] + rules_of("jax")[0])
+    got = {name: profile.classify(name, rules) for name in KERAS_ON_JAX_SEEN}
+    assert got == KERAS_ON_JAX_SEEN
 
 
 @pytest.mark.parametrize("name", models.NAMES)

@@ -42,8 +42,11 @@ RULES = (
     (r"^reduce backward: .* @ conv2d$", "conv backward"),
     (r"^dot backward", "dense backward"),
     (r"^dot", "dense forward"),
-    # LeNet's average pooling; ResNet-18's global average pool, its one forward reduce
-    (r"^pooling|@ avg_pool2$|^reduce: .* @ ResNet18\.apply_units$", "pooling"),
+    # LeNet's average pooling; ResNet-18's global average pool, its one forward reduce.
+    # Not every reduce-window ("pooling: ..."): XLA:CPU rewrites long reductions (a
+    # BatchNorm's statistics, a gradient's sum) into reduce-windows, which their op's
+    # name places below
+    (r"@ avg_pool2$|^reduce: .* @ ResNet18\.apply_units$", "pooling"),
     (r"^collective|^allreduce$", "communication"),
     (r"^data movement", "copies and layout"),
     # jax.nn.relu is jit(relu) forward; its gradient (JVP rule, not named) is a compare
@@ -52,7 +55,7 @@ RULES = (
     (r"@ batch_norm$", "batchnorm"),
     (r"@ loss_sum$|log_softmax", "softmax and loss"),
     (r"@ sgd_update\b|^sgd$", "optimizer update"),
-    (r"^(reduce|elementwise)", "other named ops"),
+    (r"^(reduce|elementwise|pooling)", "other named ops"),
 )
 
 

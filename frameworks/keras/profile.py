@@ -15,8 +15,17 @@ else:
 # (regex searched in an event's name, op class): Keras's own names, tried before the
 # backend's rules (the first match wins).
 RULES = (
+    # XLA (on JAX) fuses the update into the weight gradient's convolution, which a
+    # fusion is named by (its heaviest op): a convolution, not the update
+    (r"^convolution\b.*/(sgd|SGD)(_\d+)*/", "conv backward"),
     # the optimizer's variables are updated under its name scope (TensorFlow: "sgd_1/")
     (r"(^|/)(sgd|SGD)(_\d+)*/", "optimizer update"),
+    # on JAX, BatchNormalization's ops are its keras.ops (batch_normalization, moments);
+    # Conv2D's bias is an add in the layer's scope (frameworks/keras/models.py names
+    # every convolution after its parameters: stem_conv, stageS_blockB_convN, _shortcut)
+    (r"^(?!data movement).* @ (batch_normalization|moments)$", "batchnorm"),
+    (r"^elementwise: .*\(\w*(conv\d*|shortcut)\)/add @ add$", "conv forward"),
+    (r"^reduce backward: .*\(\w*(conv\d*|shortcut)\)\)/reduce_sum @ add$", "conv backward"),
     # fit's batches on torch come from a torch DataLoader over the arrays: copies
     (r"^enumerate\(DataLoader\)#", "copies and layout"),
 )
