@@ -46,6 +46,7 @@ PROFILE_PAGES = {"h100-profile": ("h100-profile",), "cpu-2core-profile": ("cpu-2
                  "cpu-2core-jax-versions-profile": ("cpu-2core-jax-versions-profile/1",
                                                     "cpu-2core-jax-versions-profile/2"),
                  "cpu-2core-best": ("cpu-2core-best/profile",),
+                 "cpu-2core-best-resnet18": ("cpu-2core-best/profile-resnet18",),
                  "cpu-2core-bf16": ("cpu-2core-bf16/profile-keras-jax",)}
 
 
