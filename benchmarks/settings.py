@@ -85,6 +85,9 @@ def asked(text: str, frameworks: list[str]) -> dict[str, list[str]] | None:
         if not sep or not rest or fw not in frameworks:
             raise UsageError(f"--settings {part!r}: give FRAMEWORK:NAME+NAME with a framework "
                              f"of --framework ({', '.join(frameworks)}), or all")
+        if fw in out:      # the second would silently replace the first
+            raise UsageError(f"--settings names {fw} twice: give its settings once, joined by "
+                             f"+ ({fw}:{'+'.join(out[fw])}+{rest})")
         try:
             out[fw] = [s.name for s in settings.get(fw, rest.split("+"))]
         except settings.UnknownSetting as e:

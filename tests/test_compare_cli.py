@@ -44,6 +44,10 @@ BAD_INPUT = [
     (["--nodes", "2", "--network", "netns", "--link", "fast"], "--link 'fast' is not a rate"),
     (["--nodes", "2", "--network", "netns", "--link", "0mbit"], "--link '0mbit' is not a rate"),
     (["--nodes", "2", "--network", "netns", "--master", "h:1"], "drop --master"),
+    # a framework's settings given twice: the second replaced the first, silently
+    (["--framework", "pytorch", "--settings", "pytorch:jemalloc,pytorch:tcmalloc"],
+     "--settings names pytorch twice: give its settings once, joined by + "
+     "(pytorch:jemalloc+tcmalloc)"),
 ]
 
 
