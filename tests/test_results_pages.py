@@ -77,7 +77,7 @@ SETTINGS_PAGES = {
     "cpu-2core-settings.md": ("cpu-2core-settings/jax-lenet",),
     "cpu-2core-bf16.md": ("cpu-2core-bf16/lenet-native", "cpu-2core-bf16/native-repeat4"),
     "cpu-2core-best.md": ("cpu-2core-best/lenet", "cpu-2core-best/pytorch-native",
-                          "cpu-2core-best/mxnet-scratch"),
+                          "cpu-2core-best/mxnet-scratch", "cpu-2core-best/paddle-native"),
     "cpu-2core-links-best.md": ("cpu-2core-links-best/lenet-10mbit",),
     "cpu-2core-best-resnet18.md": ("cpu-2core-best/resnet18", "cpu-2core-best/resnet18-keras-jax"),
 }
