@@ -32,6 +32,7 @@ from common.results.record import write_atomic
 
 from .cli import (UsageError, command_parser, names, positive, positive_float, recorded_command,
                   run_command)
+from .links import can_emulate, probe
 from .runner import Interrupts, run_config
 
 TIMEOUT = 3600.0
@@ -213,7 +214,6 @@ def across(args) -> str | None:
         netns.rate_bits(link)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    from .links import can_emulate
     can_emulate()
     return link
 
@@ -266,7 +266,6 @@ def _run_arms(args, g: dict, arm_list: list, out: Path, stop, limits: bool = Fal
             one = {**_config(args, g, [], default), "nodes": 1, "network": "machines",
                    "link": None, "batch_size": g["batch"] // g["nodes"]}
             _run(one, _path(out, g, T1, rep), out, stop)
-            from .links import probe
             probe(out / "probes" / f"{_tag(g)}-r{rep}.json", g["nodes"], g["link"],
                   models.param_bytes(g["model"]))
             if stop.signum:
@@ -302,7 +301,7 @@ def _sec(record: dict) -> float | None:
 
 
 def agreement(arm: list[dict], default: list[dict], names_: list[str], framework: str,
-              model: str = "lenet") -> str | None:
+              model: str) -> str | None:
     """Why the arm's numbers are wrong, or None: its first step losses (the model's
     count: page.agree_steps) against the defaults' (first repeat of each) at its
     precision's tolerance, and its test accuracy."""
@@ -336,7 +335,7 @@ def agreement(arm: list[dict], default: list[dict], names_: list[str], framework
 
 
 def decide(label: str, names_: list[str], arm: list[dict], default: list[dict],
-           framework: str, band: float, model: str = "lenet") -> dict:
+           framework: str, band: float, model: str) -> dict:
     """An arm's decision: kept, or rejected with the reason."""
     failed = [r for r in arm if r.get("status") != "ok"]
     out = {"setting": label, "settings": names_, "precision": settings.precision_of(

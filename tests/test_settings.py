@@ -210,7 +210,7 @@ DEFAULT = [_record(10.0 + 0.1 * i) for i in range(4)]
     ([_record(7.0, status="failed")] * 4, "cannot run here"),
 ], ids=["faster", "slower", "same", "losses-off", "accuracy-lost", "failed"])
 def test_a_setting_is_kept_only_when_faster_and_its_numbers_agree(arm, decision):
-    d = command.decide("compiled", ["compiled"], arm, DEFAULT, "pytorch", 0.05)
+    d = command.decide("compiled", ["compiled"], arm, DEFAULT, "pytorch", 0.05, "lenet")
     assert d["decision"] == decision, d
 
 
@@ -218,9 +218,10 @@ def test_a_lower_precision_is_judged_at_its_own_tolerance():
     """bfloat16 losses 2 % off the defaults' are within its tolerance, not float32's."""
     arm = [_record(7.0 + 0.1 * i, losses=[(2.3 - 0.1 * i) * 1.02 for i in range(12)])
            for i in range(4)]
-    assert command.decide("bf16-matmul", ["bf16-matmul"], arm, DEFAULT, "jax", 0.05)["decision"] == "kept"
+    assert command.decide("bf16-matmul", ["bf16-matmul"], arm, DEFAULT, "jax", 0.05,
+                          "lenet")["decision"] == "kept"
     assert command.decide("ynn-fusion-off", ["ynn-fusion-off"], arm, DEFAULT, "jax",
-                          0.05)["decision"] == "wrong numbers"
+                          0.05, "lenet")["decision"] == "wrong numbers"
 
 
 def test_a_model_whose_trajectory_parts_sooner_is_held_to_fewer_steps():
@@ -292,7 +293,7 @@ def test_the_settings_page_shows_each_decision_and_the_best(tmp_path):
                            "best": ["compiled"], "decisions": [
                                command.decide("compiled", ["compiled"],
                                               [_record(7.0 + 0.1 * i) for i in range(4)],
-                                              DEFAULT, "pytorch", 0.05),
+                                              DEFAULT, "pytorch", 0.05, "lenet"),
                                {"setting": "tf32", "decision": "cannot run here",
                                 "why": "tf32 applies to gpu runs, not cpu"}]}]}
     text = page.markdown(results)
@@ -306,7 +307,7 @@ def _group(framework, mode, default_sec, arm_sec, name="compiled"):
     """A judged group whose one setting ran at arm_sec against defaults at default_sec."""
     default = [_record(default_sec + 0.1 * i) for i in range(4)]
     d = command.decide(name, [name], [_record(arm_sec + 0.1 * i) for i in range(4)], default,
-                       framework, 0.05)
+                       framework, 0.05, "lenet")
     return {"framework": framework, "model": "lenet", "mode": mode, "decisions": [d],
             "best": [name] if d["decision"] == "kept" else []}
 
@@ -372,7 +373,7 @@ def test_the_report_shows_the_best_known_settings_of_its_machine_kind(tmp_path, 
     group = {"framework": "jax", "model": "lenet", "mode": "native", "best": ["ynn-fusion-off"],
              "decisions": [command.decide("ynn-fusion-off", ["ynn-fusion-off"],
                                           [_record(7.0 + 0.1 * i) for i in range(4)],
-                                          DEFAULT, "jax", 0.05)]}
+                                          DEFAULT, "jax", 0.05, "lenet")]}
     (tmp_path / f"{kind}.json").write_text(json.dumps(
         {"machine_kind": kind, "measured": "2026-11-26", "groups": [group]}))
     monkeypatch.setattr(settings, "BEST_DIR", tmp_path)
