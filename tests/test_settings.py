@@ -55,6 +55,11 @@ def test_why_a_setting_cannot_run_here(tmp_path):
                             needs_flags=("avx512_bf16", "amx_bf16"))
     assert "avx512_bf16 or amx_bf16" in settings.why_not(bf16, "cpu", {"avx2"})
     assert settings.why_not(bf16, "cpu", {"avx2", "amx_bf16"}) is None
+    # a CPU's flags say nothing of a GPU run: PyTorch's autocast runs on its tensor cores
+    both = settings.Setting("b", "", "https://x", "precision", hook=True,
+                            needs_flags=("avx512_bf16", "amx_bf16"))
+    assert settings.why_not(both, "gpu", {"avx2"}) is None
+    assert "avx512_bf16 or amx_bf16" in settings.why_not(both, "cpu", {"avx2"})
     lib = settings.Setting("m", "", "https://x", "allocator", ("cpu",), {"LD_PRELOAD": "x"},
                            needs_file=str(tmp_path / "libnone.so"))
     assert "lacks" in settings.why_not(lib, "cpu", set())
@@ -146,8 +151,9 @@ PROBES = {
     "pytorch": ("import torch", {
         "tf32": "torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32",
         "cudnn-benchmark": "torch.backends.cudnn.benchmark",
-        "bf16-autocast": "torch.is_autocast_enabled('cpu') and torch.get_autocast_dtype('cpu') "
-                         "== torch.bfloat16 and not torch.is_autocast_cache_enabled()",
+        "bf16-autocast": "all(torch.is_autocast_enabled(t) and torch.get_autocast_dtype(t) "
+                         "== torch.bfloat16 for t in ('cpu', 'cuda')) "
+                         "and not torch.is_autocast_cache_enabled()",
         # DDP's options, gathered for the trainer (test_ddp_takes_the_communication_settings)
         "ddp-small-buckets": "b.comm.get('bucket_cap_mb') == 0.25",
         "fp16-compress": "b.comm.get('comm_hook') == 'fp16'"}),
@@ -188,6 +194,26 @@ def test_in_process_switches_take_effect(framework):
     assert proc.stdout.splitlines()[-len(probes) - 1:] == [
         *(f"{name} False True" for name in probes),
         f"{registry.facts(framework).name} has no in-process switch 'channels-last'"]
+
+
+@pytest.mark.skipif(not registry.is_installed("pytorch"), reason="needs pytorch")
+def test_bf16_autocast_logits_reach_numpy():
+    """Under PyTorch's bfloat16 autocast ResNet-18's native logits (an nn.Linear's) are
+    bfloat16, which NumPy cannot hold: the evaluation reads them as float32 (planted: the
+    cast removed fails every ResNet-18 native run with "unsupported ScalarType BFloat16",
+    as benchmarks.settings' first ResNet-18 run with it did)."""
+    code = "\n".join([
+        "import numpy as np",
+        "from common import models\nfrom common.facts import registry",
+        "b = registry.get('pytorch'); b.setup(threads=1); b.apply_setting('bf16-autocast')",
+        "for name in ('lenet', 'resnet18'):",
+        "    m = models.get(name)",
+        "    t = b.native_trainer(name, m.init_params(0, models.DEFAULT_INIT), ['cpu:0'], 0.1, 'eager')",
+        "    X = np.zeros((2, *m.IMAGE_SHAPE), np.float32)",
+        "    print(name, t.predict(X).shape)"])
+    proc = run_python(["-c", code], framework="pytorch")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["lenet", "(2,)", "resnet18", "(2,)"], proc.stdout
 
 
 # --- benchmarks.settings' decisions ---

@@ -107,10 +107,11 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
                 ("cpu",), {"LD_PRELOAD": JEMALLOC}, needs_file=JEMALLOC),
         Setting("tcmalloc", "tcmalloc as the allocator (LD_PRELOAD)", _TORCH_TUNING, "allocator",
                 ("cpu",), {"LD_PRELOAD": TCMALLOC}, needs_file=TCMALLOC),
-        Setting("bf16-autocast", "torch.autocast to bfloat16 on the CPU: convolutions and "
-                "matrix products in bfloat16, weights and losses in float32",
-                "https://pytorch.org/docs/stable/amp.html#cpu-op-specific-behavior", "precision",
-                ("cpu",), hook=True, needs_flags=BF16_FLAGS, precision="bfloat16"),
+        Setting("bf16-autocast", "torch.autocast to bfloat16: convolutions and matrix "
+                "products in bfloat16, weights and losses in float32 (on a CPU, one with "
+                "bfloat16 instructions; on a GPU, its tensor cores)",
+                "https://pytorch.org/docs/stable/amp.html", "precision",
+                hook=True, needs_flags=BF16_FLAGS, precision="bfloat16"),
         Setting("ddp-small-buckets", f"DDP's gradient buckets of {COMM_BUFFER_MB} MB "
                 "(bucket_cap_mb; default 25 MB, the first bucket 1 MB): a bucket's all-reduce "
                 "starts while the backward pass goes on",
@@ -221,7 +222,7 @@ def why_not(setting: Setting, device_kind: str, flags: set[str] | None = None,
     if device_kind not in setting.devices:
         return f"{setting.name} applies to {' and '.join(setting.devices)} runs, not {device_kind}"
     flags = machine.cpu_flags() if flags is None else flags
-    if setting.needs_flags and not flags & set(setting.needs_flags):
+    if setting.needs_flags and device_kind == "cpu" and not flags & set(setting.needs_flags):
         return f"{setting.name} needs a CPU with {' or '.join(setting.needs_flags)}"
     if setting.needs_file and not os.path.exists(setting.needs_file):
         return f"{setting.name} needs {setting.needs_file}, which this machine lacks"

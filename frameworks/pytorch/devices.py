@@ -39,11 +39,13 @@ class Devices:
     # libraries' switches, read when a kernel is chosen
     SWITCHES = {
         "cudnn-benchmark": lambda: setattr(torch.backends.cudnn, "benchmark", True),
-        # torch.autocast's state for the whole process, not a context around each forward;
+        # torch.autocast's state for the whole process, not a context around each forward,
+        # on both device types (a run's tensors live on one; the other's flag is inert);
         # its cache of weights cast to bfloat16 is off, since nothing ever leaves the
         # autocast region to clear it and the steps update the weights in place
-        "bf16-autocast": lambda: (torch.set_autocast_enabled("cpu", True),
-                                  torch.set_autocast_dtype("cpu", torch.bfloat16),
+        "bf16-autocast": lambda: ([(torch.set_autocast_enabled(t, True),
+                                    torch.set_autocast_dtype(t, torch.bfloat16))
+                                   for t in ("cpu", "cuda")],
                                   torch.set_autocast_cache_enabled(False)),
         "tf32": lambda: (setattr(torch.backends.cuda.matmul, "allow_tf32", True),
                          setattr(torch.backends.cudnn, "allow_tf32", True)),

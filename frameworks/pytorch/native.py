@@ -103,7 +103,9 @@ class DDPTrainer(ModuleTrainer):
     def logits(self, X):
         self.module.eval()
         with torch.no_grad():
-            return self.module(torch.from_numpy(X).to(self.device)).cpu().numpy()
+            # float(): under bfloat16 autocast a final nn.Linear's logits are bfloat16,
+            # which NumPy has no dtype for
+            return self.module(torch.from_numpy(X).to(self.device)).float().cpu().numpy()
 
 
 
