@@ -129,8 +129,10 @@ def run_config(cfg: dict, out_path: Path, timeout: float, log_path: Path | None 
     env = dict(env or worker_env(cfg.get("threads") or os.cpu_count() or 1))
     # a setting's environment from the process's start (LD_PRELOAD acts only then)
     env.update(settings.env_of(settings.get(cfg["framework"], cfg.get("settings") or [])))
+    log_path = Path(log_path or out_path.with_suffix(".log"))
+    log_path.parent.mkdir(parents=True, exist_ok=True)   # a command's subfolder's first run
     done = run_worker(["-m", "benchmarks.workers.run", json.dumps(cfg), str(out_path)],
-                      log_path or out_path.with_suffix(".log"), timeout, on_line,
+                      log_path, timeout, on_line,
                       env=env,
                       cwd=ROOT, stop=stop, python=registry.python(cfg["framework"]))
     # a killed worker could not take its network down (emulated nodes' namespaces)

@@ -2,7 +2,8 @@
 applies them (environment from the worker's start, an execution, an in-process switch),
 how benchmarks.settings decides on each, how compare --settings runs them labelled as
 tuned, and the bad input of both commands. No framework is imported here but in the
-one subprocess that checks PyTorch's switches."""
+subprocesses that check the switches."""
+import json
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,35 @@ def test_a_runs_settings_environment_reaches_its_worker_from_the_start(monkeypat
     runner.run_config({"framework": "jax", "mode": "native", "devices": 1, "threads": 1},
                       tmp_path / "r.json", 10)
     assert "XLA_FLAGS" not in seen or "ynn" not in seen["XLA_FLAGS"]
+
+
+def test_two_kept_settings_are_measured_together_in_their_own_folder(monkeypatch, tmp_path):
+    """Both settings faster: the kept ones run together, under together/, whose logs
+    folder the runner makes at its first run (planted: without it, the first run together
+    ended the whole command with FileNotFoundError, as a real ResNet-18 run did; every
+    worker here is a fake that writes its log and a record as the real one does)."""
+    runs = []
+
+    def fake(argv, log, timeout, on_line, env, cwd, stop, python):
+        cfg, out = json.loads(argv[2]), Path(argv[3])
+        log.open("w").close()                    # the real run_worker opens it so
+        secs = (10.0 if not cfg["settings"] else 7.0 if len(cfg["settings"]) == 1 else 5.0)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({**_record(secs + 0.01 * len(runs)), "error": None}))
+        runs.append(cfg["settings"])
+        return runner.WorkerExit(code=0, timed_out=False, interrupted=False, log_tail="")
+    monkeypatch.setattr(runner, "run_worker", fake)
+    out = tmp_path / "out"
+    code = command.main(["--framework", "pytorch", "--mode", "native", "--settings",
+                         "pytorch:compiled+omp-affinity", "--dataset", "synthetic",
+                         "--repeat", "2", "--out", str(out)])
+    assert code == 0
+    assert runs[-2:] == [[], ["compiled", "omp-affinity"]], runs
+    (g,) = json.loads((out / command.DECISIONS).read_text())["groups"]
+    assert g["best"] == ["compiled", "omp-affinity"], g
+    assert sorted(p.name for p in (out / command.TOGETHER / "logs").iterdir()) == [
+        f"lenet-pytorch-native-{label}-r{r}.log" for label in ("default", "together")
+        for r in (0, 1)]
 
 
 # Each in-process switch's effect, read back in its framework's process: (the import,
