@@ -79,7 +79,9 @@ SETTINGS_PAGES = {
     "cpu-2core-best.md": ("cpu-2core-best/lenet", "cpu-2core-best/pytorch-native",
                           "cpu-2core-best/mxnet-scratch", "cpu-2core-best/paddle-native"),
     "cpu-2core-links-best.md": ("cpu-2core-links-best/lenet-10mbit",),
-    "cpu-2core-best-resnet18.md": ("cpu-2core-best/resnet18", "cpu-2core-best/resnet18-keras-jax"),
+    "cpu-2core-best-resnet18.md": ("cpu-2core-best/resnet18", "cpu-2core-best/resnet18-keras-jax",
+                                   "cpu-2core-best/resnet18-pytorch-bf16",
+                                   "cpu-2core-best/resnet18-bf16"),
 }
 
 
