@@ -238,7 +238,8 @@ def test_bf16_autocast_logits_reach_numpy():
         "b = registry.get('pytorch'); b.setup(threads=1); b.apply_setting('bf16-autocast')",
         "for name in ('lenet', 'resnet18'):",
         "    m = models.get(name)",
-        "    t = b.native_trainer(name, m.init_params(0, models.DEFAULT_INIT), ['cpu:0'], 0.1, 'eager')",
+        "    params = m.init_params(0, models.DEFAULT_INIT)",
+        "    t = b.native_trainer(name, params, ['cpu:0'], 0.1, 'eager')",
         "    X = np.zeros((2, *m.IMAGE_SHAPE), np.float32)",
         "    print(name, t.predict(X).shape)"])
     proc = run_python(["-c", code], framework="pytorch")

@@ -25,6 +25,17 @@ def compile_check(devices) -> None:
                             "this machine does not have; install a C++ compiler (g++) or set CXX")
 
 
+def _bf16_autocast():
+    """torch.autocast's state for the whole process, not a context around each forward,
+    on both device types (a run's tensors live on one; the other's flag is inert); its
+    cache of weights cast to bfloat16 is off, since nothing ever leaves the autocast
+    region to clear it and the steps update the weights in place."""
+    for device_type in ("cpu", "cuda"):
+        torch.set_autocast_enabled(device_type, True)
+        torch.set_autocast_dtype(device_type, torch.bfloat16)
+    torch.set_autocast_cache_enabled(False)
+
+
 class Devices:
     distinct_cpu_devices = False   # one CPU device: replicas share it
 
@@ -39,14 +50,7 @@ class Devices:
     # libraries' switches, read when a kernel is chosen
     SWITCHES = {
         "cudnn-benchmark": lambda: setattr(torch.backends.cudnn, "benchmark", True),
-        # torch.autocast's state for the whole process, not a context around each forward,
-        # on both device types (a run's tensors live on one; the other's flag is inert);
-        # its cache of weights cast to bfloat16 is off, since nothing ever leaves the
-        # autocast region to clear it and the steps update the weights in place
-        "bf16-autocast": lambda: ([(torch.set_autocast_enabled(t, True),
-                                    torch.set_autocast_dtype(t, torch.bfloat16))
-                                   for t in ("cpu", "cuda")],
-                                  torch.set_autocast_cache_enabled(False)),
+        "bf16-autocast": _bf16_autocast,
         "tf32": lambda: (setattr(torch.backends.cuda.matmul, "allow_tf32", True),
                          setattr(torch.backends.cudnn, "allow_tf32", True)),
     }
