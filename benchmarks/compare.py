@@ -298,7 +298,8 @@ class Plan:
         return cls(frameworks, modes, counts, args.repeat,
                    {k: getattr(args, k) for k in cls.RUN_KEYS}, _executions(args.execution),
                    names(args.schedule, SCHEDULES, "schedule"),
-                   tuned.resolve(args.settings, frameworks, modes, args.model, args.nodes))
+                   tuned.resolve(args.settings, frameworks, modes, args.model, args.nodes,
+                                 args.network, args.link))
 
     def settings_of(self, framework: str, mode: str) -> list[str]:
         return (self.settings.get(f"{framework}/{self.run['model']}/{mode}")

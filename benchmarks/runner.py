@@ -127,8 +127,10 @@ def run_config(cfg: dict, out_path: Path, timeout: float, log_path: Path | None 
     out_path = Path(out_path)
     out_path.unlink(missing_ok=True)
     env = dict(env or worker_env(cfg.get("threads") or os.cpu_count() or 1))
-    # a setting's environment from the process's start (LD_PRELOAD acts only then)
-    env.update(settings.env_of(settings.get(cfg["framework"], cfg.get("settings") or [])))
+    # a setting's environment from the process's start (LD_PRELOAD acts only then); a list
+    # of flags joins what is set already (a kernel path's XLA cap stays under ynn-fusion-off)
+    for k, v in settings.env_of(settings.get(cfg["framework"], cfg.get("settings") or [])).items():
+        env[k] = settings.JOINED[k].join([env[k], v]) if k in settings.JOINED and env.get(k) else v
     log_path = Path(log_path or out_path.with_suffix(".log"))
     log_path.parent.mkdir(parents=True, exist_ok=True)   # a command's subfolder's first run
     done = run_worker(["-m", "benchmarks.workers.run", json.dumps(cfg), str(out_path)],

@@ -40,7 +40,6 @@ LINK = "10mbit"          # --nodes' default link: issue 37's, where t2 outgrows 
 DECISIONS = "settings.json"
 T1 = "t1"                # a group across nodes: one node's compute, its records' label
 TOGETHER = "together"
-BEST_DIR = settings.BEST_DIR
 
 
 def build_parser():
@@ -102,25 +101,31 @@ OPTION_HELP = ("none (each framework's defaults), best (the settings benchmarks.
 
 
 def resolve(text: str, frameworks: list[str], modes: list[str], model: str,
-            nodes: int = 1) -> dict:
+            nodes: int = 1, network: str | None = None, link: str | None = None) -> dict:
     """compare --settings as Plan.settings ({"FRAMEWORK" or "FRAMEWORK/MODEL/MODE":
     names}); a setting unknown, or one this machine (or a run on `nodes` nodes) cannot
-    apply, is bad input. `best` takes the rows measured across nodes
-    for a run across nodes, the rows on one device otherwise."""
+    apply, is bad input. `best` takes the rows measured on this machine kind in the run's
+    own configuration (one node, or the nodes, network and link rate), and is bad input
+    where none were: nothing is applied from another kind or configuration."""
     if text == "none":
         return {}
     if text == "best":
-        kind = settings.machine_kind()
-        path = BEST_DIR / f"{kind}.json"
-        if not path.is_file():
-            have = ", ".join(p.stem for p in sorted(BEST_DIR.glob("*.json"))) or "none"
+        kind, known = settings.machine_kind(), settings.best_known()
+        if known is None:
             raise UsageError(f"--settings best: no settings measured on this machine kind ({kind}; "
-                             f"measured: {have}); run python -m benchmarks.settings here and "
-                             f"commit its {DECISIONS} as {path.relative_to(BEST_DIR.parent.parent.parent)}")
-        groups = json.loads(path.read_text())["groups"]
-        chosen = {f"{g['framework']}/{g['model']}/{g['mode']}": g["best"] for g in groups
-                  if g["best"] and g["framework"] in frameworks and g["model"] == model
-                  and g["mode"] in modes and (g.get("nodes", 1) > 1) == (nodes > 1)}
+                             f"measured: {', '.join(settings.measured_kinds()) or 'none'}); run "
+                             f"python -m benchmarks.settings here and commit its {DECISIONS} as "
+                             f"docs/results/settings/{kind}.json (--best-file)")
+        where = settings.configuration(nodes, network, link)
+        mine = [g for g in known["groups"] if g["framework"] in frameworks and g["model"] == model
+                and g["mode"] in modes]
+        ours = [g for g in mine if settings.group_configuration(g) == where]
+        if not ours:
+            there = dict.fromkeys(settings.describe(settings.group_configuration(g)) for g in mine)
+            raise UsageError(f"--settings best: none measured on this machine kind ({kind}) for "
+                             f"these rows in this configuration ({settings.describe(where)}); "
+                             f"measured: {', '.join(there) or 'none of these rows'}")
+        chosen = {f"{g['framework']}/{g['model']}/{g['mode']}": g["best"] for g in ours if g["best"]}
     else:
         chosen = asked(text, frameworks)
     device_kind = "gpu" if machine.gpu_count() else "cpu"
@@ -225,7 +230,7 @@ def _config(args, g: dict, names_: list[str], execution: str) -> dict:
            "threads": args.threads, "settings": names_}
     if g.get("nodes", 1) > 1:
         # as benchmarks.links runs its nodes: a core each, the model's batch per node
-        cfg.update(nodes=g["nodes"], network="netns", link=g["link"], cores_per_device=1,
+        cfg.update(nodes=g["nodes"], network=settings.ACROSS_NETWORK, link=g["link"], cores_per_device=1,
                    batch_size=g["batch"], steps_per_epoch=args.steps_per_epoch or
                    models.get(g["model"]).COMMANDS["links"]["steps"])
     return cfg
@@ -488,7 +493,7 @@ def write_best_file(folders: list[Path]) -> int:
     except UsageError as e:
         print(f"settings: error: {e}", file=sys.stderr)
         return 2
-    path = BEST_DIR / f"{best['machine_kind']}.json"
+    path = settings.BEST_DIR / f"{best['machine_kind']}.json"
     write_atomic(path, best)
     print(path)
     return 0

@@ -3,11 +3,17 @@
 
 The instruction set a CPU offers picks the frameworks' kernels, and the kernels decide
 float rounding, so a check that rests on rounding passes on one CPU kind and fails on
-another (issue 28: AMD EPYC with AVX2, with AVX-512, Intel Xeon with AVX-512). On one
-machine, the libraries' own caps stand in for the others: torch's dispatch
-(ATEN_CPU_CAPABILITY) and oneDNN's (ONEDNN_MAX_CPU_ISA, used by torch, TensorFlow and
-Paddle). A path this CPU cannot run is left out with the reason (torch asked for AVX-512
-on a CPU without it stops with an illegal instruction). Exit 1 if any path failed."""
+another (issue 28: AMD EPYC with AVX2, with AVX-512, Intel Xeon with AVX-512; issue 49: a
+ratio's last bit from np.log and np.exp). On one machine, the libraries' own caps stand
+in for the others: torch's dispatch (ATEN_CPU_CAPABILITY), oneDNN's (ONEDNN_MAX_CPU_ISA,
+used by torch, TensorFlow and Paddle), MKL's (MKL_ENABLE_INSTRUCTIONS), NumPy's
+(NPY_DISABLE_CPU_FEATURES: NumPy 2.4 names its dispatch targets, X86_V3, X86_V4,
+AVX512_ICL, AVX512_SPR, and turning X86_V4 off leaves the ICL and SPR kernels on where the
+CPU has them; names that are no target, such as AVX512F, change nothing) and XLA's code
+generation
+(--xla_cpu_max_isa). A path this CPU cannot run is left out with the reason (torch asked
+for AVX-512 on a CPU without it stops with an illegal instruction). Exit 1 if any path
+failed."""
 from __future__ import annotations
 
 import os
@@ -17,15 +23,21 @@ import time
 
 from common.facts.machine import cpu_flags, cpu_info, cpu_line
 
-# (the variables, the /proc/cpuinfo flags the path needs): the machine's own kernels
-# first, then every cap docs/testing.md lists
-PATHS = [({}, ()),
-         ({"ATEN_CPU_CAPABILITY": "default"}, ()),
-         ({"ATEN_CPU_CAPABILITY": "avx2"}, ("avx2",)),
-         ({"ATEN_CPU_CAPABILITY": "avx512"}, ("avx512f", "avx512bw", "avx512vl", "avx512dq")),
-         ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, ("avx2",))]
+# An AVX2-only CPU as nearly as the caps make one: every library's kernels at AVX2
+AVX2_EVERYWHERE = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                   "MKL_ENABLE_INSTRUCTIONS": "AVX2", "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+                   "XLA_FLAGS": "--xla_cpu_max_isa=AVX2"}
+# (the variables, the /proc/cpuinfo flags the path needs, whether it differs from the
+# CPU's own kernels only on a CPU with AVX-512): the machine's own kernels first, then
+# every cap docs/testing.md lists
+PATHS = [({}, (), False),
+         ({"ATEN_CPU_CAPABILITY": "default"}, (), False),
+         ({"ATEN_CPU_CAPABILITY": "avx2"}, ("avx2",), False),
+         ({"ATEN_CPU_CAPABILITY": "avx512"}, ("avx512f", "avx512bw", "avx512vl", "avx512dq"), False),
+         (AVX2_EVERYWHERE, ("avx2",), True)]
 
-CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
+        "NPY_DISABLE_CPU_FEATURES", "XLA_FLAGS")
 
 
 def describe(variables: dict) -> str:
@@ -36,10 +48,14 @@ def main(pytest_args: list[str]) -> int:
     flags = cpu_flags()
     print("CPU:", cpu_line(cpu_info()), flush=True)
     results = []
-    for variables, needs in PATHS:
+    for variables, needs, only_avx512 in PATHS:
         missing = [f for f in needs if f not in flags]
         if missing:
             results.append((variables, f"left out: this CPU lacks {' '.join(missing)}", True))
+            continue
+        if only_avx512 and "avx512f" not in flags:
+            results.append((variables, "left out: this CPU has no AVX-512, so its own kernels "
+                            "are these", True))
             continue
         print(f"\n== {describe(variables)} ==", flush=True)
         # each path from the CPU's own kernels: a cap set in this shell is not inherited

@@ -5,7 +5,9 @@ import json
 import subprocess
 import sys
 
-from common.facts import machine
+import pytest
+
+from common.facts import machine, settings
 from tests.conftest import ROOT, pytest_report_header, subprocess_env
 
 AMD_AVX2 = {"fpu", "sse4_2", "avx", "avx2", "fma", "bmi2"}
@@ -18,6 +20,44 @@ def test_vector_extensions_as_lscpu_names_them():
     assert machine.cpu_vector_extensions(INTEL_AVX512) == (
         "AVX2, AVX-512 (avx512_fp16 avx512bw avx512f avx512vl), AMX (amx_bf16 amx_tile)")
     assert machine.cpu_vector_extensions(set()) == "unknown"
+
+
+# The CPU kinds sessions and CI have met (DESIGN.md, "Machine kinds"): model name and the
+# vector flags of /proc/cpuinfo, as their records show them (docs/results/**/*.json env)
+# with a few of the older flags every such CPU has
+_OLD = {"sse4_1", "sse4_2", "avx", "fma", "f16c", "bmi2"}
+_AVX512 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512ifma", "avx512vbmi",
+           "avx512_vbmi2", "avx512_vnni", "avx512_bitalg", "avx512_vpopcntdq", "avx512_bf16"}
+KINDS_MET = {
+    "amd-epyc-2core-avx2": ("AMD EPYC", _OLD | {"avx2"}),
+    "amd-epyc-2core-avx512": ("AMD EPYC", _OLD | {"avx2"} | _AVX512),
+    "intel-r-xeon-r-processor-2core-avx512": (
+        "Intel(R) Xeon(R) Processor",
+        _OLD | {"avx2", "avx_vnni", "avx512_fp16", "amx_bf16", "amx_int8", "amx_tile"} | _AVX512),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS_MET))
+def test_the_machine_kind_is_read_from_the_cpus_flags(kind):
+    """Each kind met, from its flags as env_info() records them, and from a record written
+    before the flags were kept (its cpu_vector_extensions read back). Planted: the kind
+    read from the formatted line ("AVX-512" in it) takes the AVX2-only EPYC, whose line is
+    "AVX2, no AVX-512, no AMX", for an AVX-512 one."""
+    model, flags = KINDS_MET[kind]
+    env = {"cpu_model": model, "cpu_count": 2, "gpu_model": None}
+    assert settings.machine_kind({**env, "cpu_flags": machine.vector_flags(flags)}) == kind
+    legacy = {**env, "cpu_vector_extensions": machine.cpu_vector_extensions(flags)}
+    assert machine.flags_of(legacy) == set(machine.vector_flags(flags))
+    assert settings.machine_kind(legacy) == kind
+    # a GPU's model names the kind wherever one ran the rows
+    assert settings.machine_kind({**env, "gpu_model": "NVIDIA H100 80GB HBM3"}) == "nvidia-h100-80gb-hbm3"
+
+
+def test_this_machines_kind_is_its_records_kind():
+    env = machine.env_info()
+    assert env["cpu_flags"] == machine.vector_flags(machine.cpu_flags())
+    assert settings.machine_kind(env) == settings.machine_kind()
+    assert settings.machine_kind().endswith(machine.widest_isa(machine.cpu_flags()))
 
 
 def test_the_pytest_header_names_the_cpu_and_its_kernel_paths():
@@ -42,3 +82,47 @@ def test_kernel_path_variables_reach_the_record_and_the_report():
     assert (f"{machine.cpu_vector_extensions()}); kernel-path variables: "
             "ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=AVX2;") in out["line"]
     assert "kernel-path variables: none set" in machine.cpu_line({**out["env"], "kernel_path_env": {}})
+
+
+def _numpy_targets(env_caps: dict) -> dict:
+    """NumPy's AVX-512 dispatch targets on, in a process started with these variables."""
+    env = {**subprocess_env(), **env_caps}
+    code = ("import json; from numpy._core._multiarray_umath import __cpu_features__ as f, "
+            "__cpu_dispatch__ as d; print(json.dumps({t: f[t] for t in d}))")
+    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                     env=env, check=True).stdout)
+
+
+@pytest.mark.skipif("avx512f" not in machine.cpu_flags(),
+                    reason="this CPU has no AVX-512: NumPy runs its AVX2 kernels already, and "
+                           "asking to turn off targets it lacks is an error")
+def test_the_avx2_path_turns_numpys_avx512_kernels_off():
+    """make test-kernel-paths' AVX2 path turns off every NumPy dispatch target above AVX2
+    (X86_V3) on this AVX-512 CPU. Planted: the old names (issue 49: "AVX2", "AVX512F") and
+    X86_V4 alone, which leave AVX-512 targets on."""
+    from tests.kernel_paths import AVX2_EVERYWHERE
+    own = _numpy_targets({})
+    assert own["X86_V4"] and own["X86_V3"], own
+    capped = _numpy_targets({"NPY_DISABLE_CPU_FEATURES": AVX2_EVERYWHERE["NPY_DISABLE_CPU_FEATURES"]})
+    assert capped == {t: t == "X86_V3" for t in own}, capped
+    for old in ("AVX2 AVX512F", "X86_V4"):
+        if any(v for t, v in own.items() if t != "X86_V3" and t not in old.split()):
+            assert any(v for t, v in _numpy_targets({"NPY_DISABLE_CPU_FEATURES": old}).items()
+                       if t != "X86_V3"), old
+
+
+def test_the_avx2_path_caps_xlas_code_generation():
+    """XLA takes the AVX2 path's --xla_cpu_max_isa (an unknown ISA is only warned of, and
+    the flag is then nothing: planted, BOGUS)."""
+    pytest.importorskip("jax")
+    from tests.kernel_paths import AVX2_EVERYWHERE
+
+    def stderr(flags):
+        code = "import jax.numpy as jnp; print(float(jnp.exp(jnp.ones(8)).sum()))"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={**{k: v for k, v in subprocess_env().items()
+                                      if k != "TF_CPP_MIN_LOG_LEVEL"},   # XLA's warnings too
+                                   "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"},
+                              cwd=ROOT, check=True).stderr
+    assert "Unknown CPU ISA" not in stderr(AVX2_EVERYWHERE["XLA_FLAGS"])
+    assert "Unknown CPU ISA: BOGUS" in stderr("--xla_cpu_max_isa=BOGUS")

@@ -139,6 +139,12 @@ def test_a_runs_settings_environment_reaches_its_worker_from_the_start(monkeypat
     runner.run_config({"framework": "jax", "mode": "native", "devices": 1, "threads": 1,
                        "settings": ["ynn-fusion-off"]}, tmp_path / "r.json", 10)
     assert seen["XLA_FLAGS"] == "--xla_cpu_experimental_ynn_fusion_type="
+    # a list of flags set already (make test-kernel-paths' XLA cap) is joined, not replaced
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")
+    runner.run_config({"framework": "jax", "mode": "native", "devices": 1, "threads": 1,
+                       "settings": ["ynn-fusion-off"]}, tmp_path / "r.json", 10)
+    assert seen["XLA_FLAGS"] == "--xla_cpu_max_isa=AVX2 --xla_cpu_experimental_ynn_fusion_type="
+    monkeypatch.delenv("XLA_FLAGS")
     seen.clear()
     runner.run_config({"framework": "jax", "mode": "native", "devices": 1, "threads": 1},
                       tmp_path / "r.json", 10)
@@ -357,7 +363,7 @@ def test_the_settings_page_shows_each_decision_and_the_best(tmp_path):
     assert "| pytorch | lenet | native | compiled | compile | float32 | 10.15 | 7.15 | 0.70 | kept |" in text
     assert "| pytorch | lenet | native | compiled | 10.15 | 7.15 | 1.42x |" in text
     assert "cannot run here | tf32 applies to gpu runs, not cpu |" in text
-    assert Path(command.BEST_DIR).name == "settings"
+    assert Path(settings.BEST_DIR).name == "settings"
 
 
 def _group(framework, mode, default_sec, arm_sec, name="compiled"):
@@ -401,7 +407,7 @@ def test_runs_of_one_kind_merge_into_each_rows_fastest_best(tmp_path, monkeypatc
     assert best["measured"] == "1 and 2" and [r["command"] for r in best["runs"]] == ["a", "b"]
     with pytest.raises(UsageError, match="several machine kinds"):
         command.merged([f32, {**bf16, "machine_kind": "other"}])
-    monkeypatch.setattr(command, "BEST_DIR", tmp_path / "best")
+    monkeypatch.setattr(settings, "BEST_DIR", tmp_path / "best")
     assert command.main(["--best-file", str(tmp_path / "none")]) == 2
     assert command.main(["--best-file", ","]) == 2
     assert "names no folder" in capsys.readouterr().err
@@ -417,13 +423,14 @@ def test_runs_of_one_kind_merge_into_each_rows_fastest_best(tmp_path, monkeypatc
 
 def test_the_report_shows_the_best_known_settings_of_its_machine_kind(tmp_path, monkeypatch):
     """A compare report whose records come from a machine kind with measured settings
-    shows each default row's kept settings and their times as measured; a tuned row and
-    another machine kind's records show none (planted: the kind read from this machine
-    instead of the records' would show the H100's settings on any CPU's report)."""
+    shows each default row's kept settings and their times as measured in the row's own
+    configuration; a tuned row shows none; another machine kind's records, one line that
+    none were measured there (planted: the kind read from this machine instead of the
+    records' would show the H100's settings on any CPU's report)."""
     import json
 
     from common.reports import settings as page
-    env = {"cpu_model": "CPU Z", "cpu_count": 2, "cpu_vector_extensions": "AVX2, AVX-512 (avx512f)",
+    env = {"cpu_model": "CPU Z", "cpu_count": 2, "cpu_flags": ["avx2", "avx512f"],
            "gpu_model": None}
     kind = settings.machine_kind(env)
     assert kind == "cpu-z-2core-avx512"
@@ -438,32 +445,51 @@ def test_the_report_shows_the_best_known_settings_of_its_machine_kind(tmp_path, 
     lines = page.best_known_lines([row, {**row, "settings": ["ynn-fusion-off"]}])
     assert "| jax | lenet | native | ynn-fusion-off | 10.15 | 7.15 |" in lines
     assert sum(line.startswith("| jax") for line in lines) == 1
-    assert page.best_known_lines([{**row, "env": {**env, "cpu_count": 4}}]) == []
-    # a run across nodes is set beside the row measured across nodes, never the one-device
-    # row (planted: the nodes left out of the key shows ynn-fusion-off's times for it)
-    assert page.best_known_lines([{**row, "nodes": 2}]) == []
+    assert not any(line.startswith("None measured") for line in lines)
+    other = page.best_known_lines([{**row, "env": {**env, "cpu_count": 4}}])
+    assert other == [f"Best known settings: none measured on this machine kind (`cpu-z-4core-avx512`; "
+                     f"measured: {kind}).", ""]
+    # a run across nodes is set beside the row measured across nodes in its own network
+    # and at its own link rate, never the one-device row nor another link's (planted: the
+    # configuration left out of the key shows ynn-fusion-off's times for it)
+    def across_lines(**r):
+        lines = page.best_known_lines([{**row, "nodes": 2, **r}])
+        return [line for line in lines if line.startswith(("| jax", "None measured"))]
+    netns_10 = {"network": "netns", "link": {"rate": "10mbit"}}
+    assert across_lines(**netns_10) == ["None measured in these rows' configuration: jax native "
+                                        "(2 nodes on netns at 10mbit)."]
     across = {**group, "nodes": 2, "link": "10mbit", "best": []}
     (tmp_path / f"{kind}.json").write_text(json.dumps(
         {"machine_kind": kind, "measured": "2026-11-26", "groups": [group, across]}))
-    assert "| jax | lenet | native, 2 nodes at 10mbit | the defaults | 10.15 | 10.15 |" in \
-        page.best_known_lines([{**row, "nodes": 2}])
+    assert across_lines(**netns_10) == [
+        "| jax | lenet | native, 2 nodes at 10mbit | the defaults | 10.15 | 10.15 |"]
+    for elsewhere in ({"network": "slurm"}, {"network": "netns", "link": {"rate": "1gbit"}},
+                      {**netns_10, "nodes": 3}):
+        got = across_lines(**elsewhere)
+        assert len(got) == 1 and got[0].startswith("None measured"), (elsewhere, got)
 
 
 def test_compare_settings_best_needs_this_machine_kinds_decisions(tmp_path, monkeypatch):
-    """--settings best applies what benchmarks.settings kept on this machine kind, and
-    refuses on a kind never measured, naming those that were."""
+    """--settings best applies what benchmarks.settings kept on this machine kind in the
+    run's configuration, and refuses (one line, naming what was measured) on a kind never
+    measured or in a configuration never measured: nothing applied from elsewhere."""
     import json
 
     from benchmarks.cli import UsageError
-    monkeypatch.setattr(command, "BEST_DIR", tmp_path)
+    monkeypatch.setattr(settings, "BEST_DIR", tmp_path)
     (tmp_path / "another-kind.json").write_text("{}")
-    with pytest.raises(UsageError, match="no settings measured on this machine kind .*another-kind"):
+    with pytest.raises(UsageError, match=f"no settings measured on this machine kind "
+                       f"\\({settings.machine_kind()}; measured: another-kind\\)") as e:
         command.resolve("best", ["jax"], ["native"], "lenet")
+    assert "\n" not in str(e.value)
     (tmp_path / f"{settings.machine_kind()}.json").write_text(json.dumps({"groups": [
         {"framework": "jax", "model": "lenet", "mode": "native", "best": ["ynn-fusion-off"]},
         {"framework": "jax", "model": "resnet18", "mode": "native", "best": ["ynn-fusion-off"]}]}))
     got = command.resolve("best", ["jax"], ["native", "scratch"], "lenet")
     assert got == {"jax/lenet/native": ["ynn-fusion-off"]}
+    with pytest.raises(UsageError, match="in this configuration \\(2 nodes on slurm\\); "
+                                         "measured: one node$"):
+        command.resolve("best", ["jax"], ["native"], "lenet", nodes=2, network="slurm")
 
 
 def test_across_nodes_each_step_is_set_against_max_t1_t2(tmp_path):
@@ -512,12 +538,12 @@ def test_rows_across_nodes_are_kept_apart_from_one_devices(tmp_path, monkeypatch
     best = command.merged([{"machine_kind": "k", "env": {}, "command": "a", "measured": "1",
                             "groups": [one, nodes]}])
     assert [g["best"] for g in best["groups"]] == [["compiled"], ["ddp-small-buckets"]]
-    monkeypatch.setattr(command, "BEST_DIR", tmp_path)
+    monkeypatch.setattr(settings, "BEST_DIR", tmp_path)
     (tmp_path / f"{settings.machine_kind()}.json").write_text(json.dumps(best))
     assert command.resolve("best", ["pytorch"], ["native"], "lenet") == {
         "pytorch/lenet/native": ["compiled"]}
-    assert command.resolve("best", ["pytorch"], ["native"], "lenet", nodes=2) == {
-        "pytorch/lenet/native": ["ddp-small-buckets"]}
+    assert command.resolve("best", ["pytorch"], ["native"], "lenet", nodes=2, network="netns",
+                           link="10mbit") == {"pytorch/lenet/native": ["ddp-small-buckets"]}
 
 
 def exchanges(hlo: str) -> tuple[list[int], int]:

@@ -18,10 +18,11 @@ from common.facts import registry
 # (docs/testing.md): lscpu's names, and the /proc/cpuinfo flags that make each one.
 VECTOR_EXTENSIONS = {"AVX2": "avx2", "AVX-512": "avx512", "AMX": "amx_"}
 # The variables that cap or choose those kernels: torch's dispatch, oneDNN (torch,
-# TensorFlow, Paddle), MKL, OpenBLAS (NumPy), TensorFlow's oneDNN switch, XLA (JAX).
+# TensorFlow, Paddle), MKL, NumPy's own dispatch and OpenBLAS under it, TensorFlow's
+# oneDNN switch, XLA (JAX; --xla_cpu_max_isa caps its code generation).
 KERNEL_PATH_VARS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
-                    "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "OPENBLAS_CORETYPE",
-                    "TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS")
+                    "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "NPY_DISABLE_CPU_FEATURES",
+                    "OPENBLAS_CORETYPE", "TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS")
 
 
 def _cpuinfo_field(name: str) -> str | None:
@@ -55,6 +56,34 @@ def cpu_vector_extensions(flags: set[str] | None = None) -> str:
         else:
             parts.append(f"{name} ({' '.join(have)})")
     return ", ".join(parts)
+
+
+def vector_flags(flags: set[str] | None = None) -> list[str]:
+    """The flags of VECTOR_EXTENSIONS among the CPU's (or those given), sorted: what a
+    record keeps of the CPU's flags, and what its machine kind is read from."""
+    flags = cpu_flags() if flags is None else flags
+    return sorted(f for f in flags if f.startswith(tuple(VECTOR_EXTENSIONS.values())))
+
+
+def flags_of(env: dict) -> set[str]:
+    """The vector flags an env record (env_info()) names: its "cpu_flags"; for a record
+    written before those were kept, cpu_vector_extensions() read back (every flag it
+    lists in brackets, and the flag a bare name stands for: "AVX2" is avx2), so that
+    "no AVX-512" names no flag."""
+    if env.get("cpu_flags") is not None:
+        return set(env["cpu_flags"])
+    flags = set()
+    for part in (env.get("cpu_vector_extensions") or "").split(", "):
+        name, _, listed = part.partition(" (")
+        if name in VECTOR_EXTENSIONS:
+            flags |= set(listed.rstrip(")").split()) if listed else {VECTOR_EXTENSIONS[name]}
+    return flags
+
+
+def widest_isa(flags: set[str]) -> str:
+    """The widest vector instruction set the flags give: "avx512" (avx512f, which every
+    AVX-512 CPU has), "avx2" or "sse"; the kernels' float rounding differs between them."""
+    return "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse"
 
 
 def kernel_path_env(environ=None) -> dict[str, str]:
@@ -142,7 +171,8 @@ def commit() -> str | None:
 def cpu_info() -> dict:
     """The CPU part of env_info(): what cpu_line() prints."""
     return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
-            "cpu_vector_extensions": cpu_vector_extensions(), "kernel_path_env": kernel_path_env()}
+            "cpu_vector_extensions": cpu_vector_extensions(), "cpu_flags": vector_flags(),
+            "kernel_path_env": kernel_path_env()}
 
 
 def env_info() -> dict:

@@ -271,15 +271,40 @@ def precision_of(settings: list[Setting], device_kind: str = "cpu") -> str:
 def machine_kind(env: dict | None = None) -> str:
     """The kind of machine settings were measured on, as a file name: the GPU's model
     where one runs the rows, else the CPU's model, core count and widest vector
-    extension (AVX-512 and AVX2-only CPUs of one model differ twice over). Of this
-    machine, or of the one a record's env describes."""
+    instruction set, read from its flags (AVX-512 and AVX2-only CPUs of one model differ
+    twice over). Of this machine, or of the one a record's env describes."""
     if env is None:
         env = {"gpu_model": machine.gpu_model(), "cpu_model": machine.cpu_model(),
-               "cpu_count": os.cpu_count(), "cpu_vector_extensions": machine.cpu_vector_extensions()}
-    ext = env.get("cpu_vector_extensions") or ""
-    isa = "avx512" if "AVX-512" in ext else "avx2" if "AVX2" in ext else "sse"
+               "cpu_count": os.cpu_count(), "cpu_flags": machine.vector_flags()}
+    isa = machine.widest_isa(machine.flags_of(env))
     name = env.get("gpu_model") or f"{env.get('cpu_model')} {env.get('cpu_count')}core {isa}"
     return re.sub(r"[^a-z0-9]+", "-", str(name).lower()).strip("-")
+
+
+def measured_kinds() -> list[str]:
+    """The machine kinds with a settings file (BEST_DIR), by name."""
+    return [p.stem for p in sorted(BEST_DIR.glob("*.json"))]
+
+
+# benchmarks.settings measures a row across nodes on emulated nodes (network namespaces)
+ACROSS_NETWORK = "netns"
+
+
+def configuration(nodes: int | None, network: str | None = None, link: str | None = None) -> tuple:
+    """What a row's times depend on beside its machine kind, framework, model and mode:
+    one node, or the nodes, their network and link rate. A row's best known settings are
+    those measured in its own configuration, never another's."""
+    return (1, None, None) if (nodes or 1) == 1 else (nodes, network, link)
+
+
+def group_configuration(group: dict) -> tuple:
+    """A benchmarks.settings group's configuration (across nodes: emulated, at its link)."""
+    return configuration(group.get("nodes"), ACROSS_NETWORK, group.get("link"))
+
+
+def describe(config: tuple) -> str:
+    nodes, network, link = config
+    return "one node" if nodes == 1 else f"{nodes} nodes on {network}" + (f" at {link}" if link else "")
 
 
 def best_known(env: dict | None = None) -> dict | None:

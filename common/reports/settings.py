@@ -5,6 +5,7 @@ from __future__ import annotations
 from common import models
 from common.facts import settings
 from common.facts.machine import cpu_line
+from common.launch import networks
 
 # issue 37's aims for a framework at its best: within 1.5x of the fastest framework's
 # best; across nodes, its step within 1.15x of max(t1, t2) (compute or communication,
@@ -133,36 +134,53 @@ def sources(groups: list[dict]) -> list[str]:
             for f in seen for s in settings.SETTINGS.get(f, ())]
 
 
+def row_configuration(r: dict) -> tuple:
+    """A compare record's configuration (settings.configuration): its nodes, network and
+    link rate."""
+    return settings.configuration(r.get("nodes"), networks.of(r).name,
+                                  (r.get("link") or {}).get("rate"))
+
+
 def best_known_lines(records: list[dict]) -> list[str]:
-    """Where benchmarks.settings measured this machine's kind: each default row's kept
-    settings and their times as measured there (its own run, its own dates: set beside
-    this run's, never divided by it); [] where none were measured."""
+    """Where benchmarks.settings measured the records' machine kind: each default row's
+    kept settings and their times as measured there in the row's own configuration (its
+    own run, its own dates: set beside this run's, never divided by it), and a line naming
+    the rows measured in no such configuration; one line where the kind has none measured."""
     env = next((r["env"] for r in records if r.get("env")), None)
-    known = settings.best_known(env) if env else None
-    if not known:
+    if not env:
         return []
-    # a row on one device, or one across nodes (a group measured across nodes)
-    groups = {(g["framework"], g["model"], g["mode"], g.get("nodes", 1) > 1): g
+    known = settings.best_known(env)
+    kind = settings.machine_kind(env)
+    if not known:
+        return [f"Best known settings: none measured on this machine kind (`{kind}`; measured: "
+                f"{', '.join(settings.measured_kinds()) or 'none'}).", ""]
+    groups = {(g["framework"], g["model"], g["mode"], settings.group_configuration(g)): g
               for g in known["groups"]}
-    lines = []
+    lines, unmeasured = [], []
     for r in records:
-        across = (r.get("nodes") or 1) > 1
-        g = groups.get((r["framework"], r.get("model", "lenet"), r["mode"], across))
-        if r.get("settings") or r["devices"] != 1 or g is None:
+        if r.get("settings") or r["devices"] != 1:
+            continue
+        where = row_configuration(r)
+        g = groups.get((r["framework"], r.get("model", "lenet"), r["mode"], where))
+        if g is None:
+            unmeasured.append(f"{r['framework']} {r['mode']} ({settings.describe(where)})")
             continue
         base, best = best_of(g)
         lines.append(f"| {r['framework']} | {g['model']} | {mode_cell(g)} | "
                      f"{'+'.join(g['best']) or 'the defaults'} | {_cell(base, '.2f')} | "
                      f"{_cell(best, '.2f')} |")
-    if not lines:
-        return []
-    return ["## Best known settings on this machine kind", "",
-            f"Measured by benchmarks.settings on this machine kind (`{known['machine_kind']}`, "
-            f"{known['measured']}: `docs/results/settings/{known['machine_kind']}.json`), in its "
-            "own runs: its defaults' and its best's sec/epoch, beside this report's rows, not "
-            "divided by them.", "",
-            "| framework | model | mode | best settings | its default s/epoch | its best s/epoch |",
-            "|" + "---|" * 6, *lines, ""]
+    out = ["## Best known settings on this machine kind", "",
+           f"Measured by benchmarks.settings on this machine kind (`{kind}`, "
+           f"{known['measured']}: `docs/results/settings/{kind}.json`), in its "
+           "own runs: its defaults' and its best's sec/epoch, beside this report's rows, not "
+           "divided by them.", ""]
+    if lines:
+        out += ["| framework | model | mode | best settings | its default s/epoch | "
+                "its best s/epoch |", "|" + "---|" * 6, *lines, ""]
+    if unmeasured:
+        out += ["None measured in these rows' configuration: "
+                + ", ".join(dict.fromkeys(unmeasured)) + ".", ""]
+    return out
 
 
 def markdown(results: dict) -> str:
