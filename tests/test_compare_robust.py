@@ -300,3 +300,47 @@ def test_plots_learning_curves_scaling_and_colours(tmp_path):
     names = {p.name for p in report.plots([fake_record(epochs=1)], one)}
     assert "learning_curves.png" not in names and "scaling.png" not in names
     assert len({report.colour(f) for f in registry.NAMES}) == len(registry.NAMES)
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def _drawn_labels(axis) -> list:
+    """An axis's tick labels that are drawn (matplotlib keeps some beyond the view too)."""
+    lo, hi = sorted(axis.get_view_interval())
+    along = 0 if axis.axis_name == "x" else 1
+    return [t for t in axis.get_ticklabels() if t.get_text() and lo <= t.get_position()[along] <= hi]
+
+
+def test_plots_stay_readable_with_twice_the_default_runs():
+    """Issue 49: with twice the default run's 13 rows (each again on 2 devices, tuned with
+    two settings: the longest labels), no two labels of an axis overlap (under vertical
+    bars the throughput's ran into each other from 13 on), no legend covers an axes and
+    everything drawn lies within the figure."""
+    import matplotlib.pyplot as plt
+    default = [(f, m) for f in registry.NAMES for m in ("scratch", "native") if not registry.gap(f, m)]
+    assert len(default) == 13
+    records = [fake_record(f, m, n, epochs=2, secs=(1.0 / n, 1.2 / n),
+                           settings=["omp-affinity", "tcmalloc"] if n > 1 else [])
+               for n in (1, 2) for f, m in default]
+    figs = report.figures(records)
+    assert set(figs) == {"throughput.png", "step_losses.png", "learning_curves.png", "scaling.png"}
+    for name, fig in figs.items():
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        drawn = fig.get_tightbbox(renderer)                  # in inches
+        assert (drawn.x0 >= 0 and drawn.y0 >= 0 and drawn.x1 <= fig.bbox_inches.x1
+                and drawn.y1 <= fig.bbox_inches.y1), (name, "runs out of the figure")
+        for ax in fig.axes:
+            for axis in (ax.xaxis, ax.yaxis):
+                boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in _drawn_labels(axis)]
+                assert not [(a, b) for i, (a, x) in enumerate(boxes) for b, y in boxes[i + 1:]
+                            if _overlap(x, y)], (name, "labels overlap")
+        for legend in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]:
+            assert not any(_overlap(legend.get_window_extent(renderer), ax.get_window_extent(renderer))
+                           for ax in fig.axes), (name, "the legend covers an axes")
+        plt.close(fig)
+    # one bar a run, its whole label beside it
+    rows = [t.get_text() for t in figs["throughput.png"].axes[0].get_yticklabels()]
+    assert sorted(rows) == sorted(report._label(r) for r in records)

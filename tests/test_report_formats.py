@@ -190,6 +190,49 @@ def test_the_gate_holds_each_schedule_to_its_own(tmp_path):
     assert [r["schedule"] for r in missing] == ["1f1b"]
 
 
+def test_the_gate_holds_a_tuned_run_to_runs_with_its_settings(tmp_path, capsys):
+    """A run with settings is set only against runs with the same settings, and every
+    label of it reads tuned (a+b): the gate's lines, the history plot's legend and the
+    exported rows. Planted (issue 49): the settings left out of history.SAME set the tuned
+    run against the default one; the export row's joined string labelled letter by letter
+    ("o+m+p+-+a+f+f+...")."""
+    path = _history(tmp_path, [("default", STEADY)])
+    tuned = _folder(tmp_path / "tuned", [_repeated(_times(0.5), settings=["omp-affinity"],
+                                                   env={**ENV, "commit": "tuned"})])
+    code, out, err = _main([tuned, "--against-history", path], capsys)
+    assert code == 2 and "has a baseline" in err, "a tuned run has no default baseline"
+    assert report.main([str(tuned), "--append-history", str(path)]) == 0
+    again = _folder(tmp_path / "again", [_repeated(_times(0.5), settings=["omp-affinity"],
+                                                   env={**ENV, "commit": "again"})])
+    code, out, err = _main([again, "--against-history", path, "--fail-on-slower"], capsys)
+    assert code == 0 and "1 run(s): tuned" in out and "within noise (p" in out, out + err
+    assert "tuned (omp-affinity)" in out and "o+m+p" not in out
+    both = [_repeated(STEADY, settings=["compiled", "omp-affinity"])]
+    rows, missing = history.against(both, history.read(path))
+    assert rows == [] and [r["settings"] for r in missing] == ["compiled+omp-affinity"]
+    entries = history.read(path)
+    assert [history.label(e["row"]) for e in entries] == [
+        "pytorch lenet scratch eager x1", "pytorch lenet scratch tuned (omp-affinity) eager x1"]
+    # a history line appended before settings were joined by + reads the same
+    old = {**entries[1]["row"], "settings": "compiled,omp-affinity"}
+    assert history.label(old) == "pytorch lenet scratch tuned (compiled+omp-affinity) eager x1"
+    assert history._same(old) == history._same(export.rows(both)[0])
+    (row,) = export.rows(both)
+    assert row["mode_label"] == "scratch tuned (compiled+omp-affinity)"
+
+
+def test_a_tuned_rows_speedup_is_against_the_tuned_1_device_row():
+    """Speed-up over the 1-device row with the same settings, not the defaults' (planted:
+    the settings left out of summarize's key set the tuned x2 against whichever x1 came
+    last, here the defaults' at 4.0 s)."""
+    from common.reports import runs
+    tuned = ["omp-affinity"]
+    rows = runs.summarize([_record(secs=(2.0,), settings=tuned), _record(secs=(4.0,)),
+                           _record(devices=2, secs=(1.0,), settings=tuned),
+                           _record(devices=2, secs=(2.0,))])
+    assert [r["speed-up"] for r in rows] == [1.0, 1.0, 2.0, 2.0]
+
+
 def test_the_history_plot(tmp_path, capsys):
     path = _history(tmp_path, [("c1", 1.0), ("c2", 1.2)])
     png = tmp_path / "h.png"
@@ -261,7 +304,8 @@ DERIVED_WANT = {
     "cpu_model": "CPU Z", "cpu_count": 16, "cpu_vector_extensions": "AVX2 (avx2 fma)",
     "kernel_path_env": "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2",
     "gpu_model": "GPU Q", "python_version": "3.11.9", "numpy_version": "1.26.4",
-    "commit": "abc123-dirty", "settings": "tf32,cudnn-benchmark", "slurm_job": "42:n[0-1]",
+    "commit": "abc123-dirty", "settings": "tf32+cudnn-benchmark",
+    "mode_label": "scratch sync-bn tuned (tf32+cudnn-benchmark)", "slurm_job": "42:n[0-1]",
     "trace_file": "x.trace.json",
 }
 
@@ -269,7 +313,8 @@ DERIVED_WANT = {
 def _distinct_records() -> list[dict]:
     """A 4-device record whose every exported column holds its own value, and the
     1-device record of the same configuration that its speed-up is against."""
-    one = _record(secs=(7.5,), execution="execution-value", sync_bn="sync_bn-value")
+    one = _record(secs=(7.5,), execution="execution-value", sync_bn="sync_bn-value",
+                  settings=["tf32", "cudnn-benchmark"])
     one["steps_per_epoch"] = [7]
     four = _record(devices=4, secs=(2.0, 4.0), repeats=[(3.0,), (5.0,), (6.0,)])
     for rep in four["repeats"]:

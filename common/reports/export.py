@@ -78,8 +78,11 @@ DERIVED = {
     "commit": ("the suite's git commit that measured the run (env; -dirty: with uncommitted "
                "changes)", _env("commit")),
     "settings": ("the settings of the framework's table (common/facts/settings.py) the run "
-                 "applied, comma-separated; empty: the defaults (an untuned row)",
-                 lambda r, t, row: ",".join(r.get("settings") or [])),
+                 "applied, joined by + as everywhere else; empty: the defaults (an untuned row)",
+                 lambda r, t, row: "+".join(r.get("settings") or [])),
+    "mode_label": ("the row's mode as the report, the plots and the history gate name it: "
+                   "with sync-bn, the schedule, the nodes and tuned (a+b) where they apply",
+                   lambda r, t, row: runs.mode_label(r)),
     "slurm_job": ("the Slurm job and node list the nodes came from (compare --launcher slurm) "
                   "as JOB:NODELIST; empty: nodes given by hand",
                   lambda r, t, row: (r.get("slurm") or None) and

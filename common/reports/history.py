@@ -16,9 +16,9 @@ from common.results.record import schedule_of
 
 SCHEMA = 1
 # What makes two runs the same measurement: the configuration, the work per epoch and
-# the machine kind. A row is gated only against history rows equal in all of these, and
-# in model mode's schedule (a traced run, whose times are perturbed, only against traced
-# ones).
+# the machine kind. A row is gated only against history rows equal in all of these, in
+# its settings (a tuned run only against runs with the same settings) and in model
+# mode's schedule (a traced run, whose times are perturbed, only against traced ones).
 SAME = ("framework", "model", "mode", "execution", "sync_bn", "devices", "nodes", "batch_size",
         "micro_batches", "dataset", "steps_per_epoch_median", "threads", "cores_per_device",
         "cpu_model", "gpu_model")
@@ -104,7 +104,8 @@ def append(path: str | os.PathLike, new: list[dict]) -> tuple[int, int]:
 def _same(row: dict) -> tuple:
     # the schedule as the run followed it: none outside model mode, whatever the row's field
     # holds, and GPipe in a model-mode line from before the schedule was recorded
-    return (*(row.get(k) for k in SAME), schedule_of(row), bool(row.get("trace_file")))
+    return (*(row.get(k) for k in SAME), tuple(runs.settings_names(row)), schedule_of(row),
+            bool(row.get("trace_file")))
 
 
 def repeats(entry: dict) -> list[float]:

@@ -3,6 +3,7 @@ terminal table, the Markdown report and the plots."""
 from __future__ import annotations
 
 import io
+import re
 import statistics
 from types import SimpleNamespace
 
@@ -151,6 +152,13 @@ def mode_of(r: dict):
     return modes.MODES.get(r["mode"], _UNKNOWN_MODE)
 
 
+def settings_names(r: dict) -> list[str]:
+    """The settings a run applied: a record's list, or the +-joined string of an export
+    or history row (comma-joined in history lines appended before)."""
+    named = r.get("settings") or []
+    return [n for n in re.split("[+,]", named) if n] if isinstance(named, str) else list(named)
+
+
 def mode_label(r: dict) -> str:
     """A run's mode as a reader tells its rows apart (a record, or a report row of one):
     with synchronised BatchNorm, the pipeline's schedule in model mode (gpipe or 1f1b,
@@ -160,17 +168,18 @@ def mode_label(r: dict) -> str:
             + (f" {schedule}" if schedule else "")
             + (f" {r['nodes']} nodes" if (r.get("nodes") or 1) > 1 else "")
             # a run with settings of its framework's table is labelled so wherever it shows
-            + (f" tuned ({'+'.join(r['settings'])})" if r.get("settings") else ""))
+            + (f" tuned ({'+'.join(names)})" if (names := settings_names(r)) else ""))
 
 
 def summarize(records: list[dict]) -> list[dict]:
     """One row per record; speed-up and scaling efficiency against the same
-    framework's and mode's 1-device run of this comparison, in training images per
+    framework's and mode's 1-device run of this comparison with the same settings (a tuned
+    row against the tuned 1-device row, never the defaults'), in training images per
     second: with a fixed global batch that is the 1-device sec/epoch over this row's,
     and under weak scaling (the batch grows with the devices) the throughput gained."""
     def key(r):
         return (r["framework"], r.get("model", "lenet"), r["mode"], r.get("execution"),
-                bool(r.get("sync_bn")), schedule_of(r))
+                bool(r.get("sync_bn")), schedule_of(r), tuple(settings_names(r)))
     timings = [timing(r) if r["status"] in ("ok", "failed", "interrupted") else timing({})
                for r in records]
     base = {key(r): t for r, t in zip(records, timings) if all_devices(r) == 1 and t["sec"]}
@@ -224,7 +233,7 @@ def base_key(r: dict, mode: str) -> tuple:
     execution = (registry.default_execution(r["framework"], mode)
                  if r["framework"] in registry.FRAMEWORKS else None)
     return (r["framework"], r.get("model", "lenet"), mode, execution, bool(r.get("sync_bn")),
-            schedule_of({**r, "mode": mode}))
+            schedule_of({**r, "mode": mode}), tuple(settings_names(r)))
 
 
 def _per_stage(values, fmt: str = "{}") -> str | None:
@@ -516,13 +525,36 @@ def _label(r: dict) -> str:
             + (f" {r['execution']}" if r.get("execution") else "") + f" x{r['devices']}")
 
 
-def plots(records: list[dict], out_dir: Path) -> list[Path]:
-    """Throughput bars, the first step losses, learning curves (more than one epoch)
-    and scaling (several device counts); one colour per framework, runs grouped by
-    framework. Returns the files written."""
+# A figure's row, one bar's label or one legend entry of 7-point text with room between:
+# figures grow by this much a row, so labels never touch whatever the number of runs.
+ROW_INCHES = 0.2
+
+
+def _pyplot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
+
+
+def _figure(plt, rows: int, width: float, height: float, **grid):
+    """A figure and its axes, at least tall enough for `rows` rows; constrained layout keeps
+    long labels and a legend outside the axes within the figure."""
+    return plt.subplots(figsize=(width, max(height, 1 + ROW_INCHES * rows)), layout="constrained",
+                        **grid)
+
+
+def _legend(fig, ax):
+    """The runs' legend right of the plots, one entry a line: inside the axes, the default
+    run's 13 entries covered the curves."""
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7)
+
+
+def figures(records: list[dict]) -> dict:
+    """The figures make compare draws, by file name: throughput bars, the first step losses,
+    learning curves (more than one epoch) and scaling (several device counts); one colour
+    per framework, runs grouped by framework."""
+    plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
     order = {n: i for i, n in enumerate(NAMES)}
@@ -530,67 +562,75 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
                 key=lambda r: (r.get("model", "lenet"), order.get(r["framework"], 99),
                                not mode_of(r).by_hand, bool(r.get("sync_bn")), r["devices"]))
     if not ok:
-        return []
-    written = []
+        return {}
+    figs = {}
     rows = summarize(ok)
-    fig, ax = plt.subplots(figsize=(max(6, len(ok) * 0.7), 4))
-    bars = ax.bar(range(len(ok)), [row["samples/s"] or 0 for row in rows],
-                  color=[colour(r["framework"]) for r in ok], edgecolor="black", linewidth=0.5)
+    labels = [_label(r) for r in ok]
+    # horizontal bars: each run's whole label on a line of its own (under vertical bars,
+    # the default run's labels ran into each other)
+    fig, ax = _figure(plt, len(ok), 8, 3)
+    bars = ax.barh(range(len(ok)), [row["samples/s"] or 0 for row in rows],
+                   color=[colour(r["framework"]) for r in ok], edgecolor="black", linewidth=0.5)
     for bar, r in zip(bars, ok):
         if not mode_of(r).by_hand:
             bar.set_hatch("//")
     for i, row in enumerate(rows):                 # the repeats' range, when there are repeats
         if len(row["runs"]) > 1:
             images = row["samples/s"] * row["sec/epoch"]
-            ax.plot([i, i], [images / max(row["runs"]), images / min(row["runs"])], color="black")
-    ax.set_xticks(range(len(ok)), [_label(r).replace(" ", "\n", 1) for r in ok], fontsize=7)
-    ax.set_ylabel("training samples / s")
-    ax.set_title("Throughput (higher is better)\nhatched: the framework's own (native) mode; "
+            ax.plot([images / max(row["runs"]), images / min(row["runs"])], [i, i], color="black")
+    ax.set_yticks(range(len(ok)), labels, fontsize=7)
+    ax.set_ylim(len(ok) - 0.5, -0.5)               # the first run on top, as in the table
+    ax.set_xlabel("training samples / s")
+    # over the figure, not the axes: long labels narrow the axes, and a title over them ran out
+    fig.suptitle("Throughput (longer is better)\nhatched: the framework's own (native) mode; "
                  "black line: the repeats' range", fontsize=9)
-    written.append(save_figure(plt, fig, out_dir / "throughput.png"))
+    figs["throughput.png"] = fig
 
     n = min(len(r["step_losses"]) for r in ok)
     if n:
         losses = np.array([r["step_losses"][:n] for r in ok])
         median = np.median(losses, axis=0)
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-        for r, row in zip(ok, losses):
-            top.plot(row, label=_label(r), **{**_style(r), "marker": None})
+        fig, (top, bottom) = _figure(plt, len(ok), 11, 6, nrows=2, sharex=True)
+        for r, label, row in zip(ok, labels, losses):
+            top.plot(row, label=label, **{**_style(r), "marker": None})
             bottom.plot(row - median, **{**_style(r), "marker": None})
         top.set_ylabel("loss (batch mean)")
         top.set_title("First steps, same weights and batches: the frameworks should agree")
-        top.legend(fontsize=6, ncol=3)
         bottom.set_ylabel("minus the median of all runs")
         bottom.set_xlabel("step")
-        written.append(save_figure(plt, fig, out_dir / "step_losses.png"))
+        _legend(fig, top)
+        figs["step_losses.png"] = fig
 
     if max(len(r.get("train_loss") or []) for r in ok) > 1:
-        fig, (acc, loss) = plt.subplots(1, 2, figsize=(11, 4))
-        for r in ok:
+        fig, (acc, loss) = _figure(plt, len(ok), 14, 4, ncols=2)
+        for r, label in zip(ok, labels):
             accuracy = r.get("test_accuracy_per_epoch") or []
-            acc.plot(range(1, len(accuracy) + 1), accuracy, label=_label(r), **_style(r))
-            loss.plot(range(1, len(r["train_loss"]) + 1), r["train_loss"], label=_label(r), **_style(r))
+            acc.plot(range(1, len(accuracy) + 1), accuracy, label=label, **_style(r))
+            loss.plot(range(1, len(r["train_loss"]) + 1), r["train_loss"], **_style(r))
         acc.set_title("Test accuracy after each epoch")
         acc.set_ylim(0, 1)
         loss.set_title("Train loss, mean over each epoch")
         for a in (acc, loss):
             a.set_xlabel("epoch")
             a.xaxis.set_major_locator(MaxNLocator(integer=True))
-        acc.legend(fontsize=6, ncol=2)
-        written.append(save_figure(plt, fig, out_dir / "learning_curves.png"))
+        _legend(fig, acc)
+        figs["learning_curves.png"] = fig
 
     counts = sorted({r["devices"] for r in ok})
     if len(counts) > 1:
-        fig, ax = plt.subplots(figsize=(6, 4))
         def curve(r):
             return r["framework"], r.get("model", "lenet"), mode_label(r), r.get("execution")
-        for key in dict.fromkeys(curve(r) for r in ok):
-            pts = [(r["devices"], row["speed-up"]) for r, row in zip(ok, rows)
-                   if curve(r) == key and row["speed-up"]]
-            if pts:
-                first = next(r for r in ok if curve(r) == key)
-                ax.plot(*zip(*pts), label=" ".join(str(k) for k in key if k not in ("lenet", None)),
-                        **_style({**first, "devices": 2}))
+        lines: dict[tuple, list] = {}
+        for r, row in zip(ok, rows):
+            if row["speed-up"]:
+                lines.setdefault(curve(r), []).append((r["devices"], row["speed-up"]))
+        # a run on one device count only is no scaling: its line would only crowd the legend
+        lines = {key: pts for key, pts in lines.items() if len(pts) > 1 or pts[0][0] > 1}
+        fig, ax = _figure(plt, len(lines) + 1, 9, 4)
+        for key, pts in lines.items():
+            first = next(r for r in ok if curve(r) == key)
+            ax.plot(*zip(*pts), label=" ".join(str(k) for k in key if k not in ("lenet", None)),
+                    **_style({**first, "devices": 2}))
         own = all(ideal_speedup(r) == r["devices"] for r in ok)
         ax.plot(counts, [c if own else 1 for c in counts], color="grey", lw=3, alpha=0.5,
                 label="ideal (devices with their own hardware: k)" if own
@@ -599,9 +639,17 @@ def plots(records: list[dict], out_dir: Path) -> list[Path]:
         ax.set_xlabel("devices")
         ax.set_ylabel("speed-up against 1 device")
         ax.set_title("Scaling")
-        ax.legend(fontsize=6)
-        written.append(save_figure(plt, fig, out_dir / "scaling.png"))
-    return written + schedule_plots(ok, out_dir)
+        _legend(fig, ax)
+        figs["scaling.png"] = fig
+    return figs
+
+
+def plots(records: list[dict], out_dir: Path) -> list[Path]:
+    """figures() and the model-mode schedules, written into out_dir. Returns the files
+    written."""
+    plt = _pyplot()
+    return ([save_figure(plt, fig, out_dir / name) for name, fig in figures(records).items()]
+            + schedule_plots(records, out_dir))
 
 
 def _fmt2(x) -> str:
@@ -622,9 +670,7 @@ def schedule_plots(records: list[dict], out_dir: Path) -> list[Path]:
     panel per model-mode record with spans (its last step), stages x time, each
     micro-batch a colour, forwards solid, backwards hatched, hand-overs thin and grey,
     SGD black; the panels share the time axis. Returns the files written."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     from matplotlib.patches import Patch
 
     groups: dict[tuple, list[dict]] = {}
@@ -676,7 +722,8 @@ def schedule_plots(records: list[dict], out_dir: Path) -> list[Path]:
 
 
 def save_figure(plt, fig, path: Path) -> Path:
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:        # a constrained figure is laid out already
+        fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
