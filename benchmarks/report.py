@@ -195,7 +195,7 @@ def _gate(folder: Path, args) -> int:
                                      args.last, args.noise)
     if not rows:
         raise UsageError(f"none of {folder}'s successful runs has a baseline in "
-                         f"{args.against_history} (the same configuration, steps per epoch, "
+                         f"{args.against_history} (the same configuration and settings, steps per epoch, "
                          "threads and machine kind)")
     console = Console(stderr=True) if args.format and not args.output else _console()
     code = _verdicts(rows, args, console)

@@ -445,7 +445,10 @@ def test_the_report_shows_the_best_known_settings_of_its_machine_kind(tmp_path, 
     lines = page.best_known_lines([row, {**row, "settings": ["ynn-fusion-off"]}])
     assert "| jax | lenet | native | ynn-fusion-off | 10.15 | 7.15 |" in lines
     assert sum(line.startswith("| jax") for line in lines) == 1
-    assert not any(line.startswith("None measured") for line in lines)
+    assert not any("for: " in line for line in lines)
+    lines = page.best_known_lines([row, {**row, "framework": "pytorch"}])
+    assert "| jax | lenet | native | ynn-fusion-off | 10.15 | 7.15 |" in lines
+    assert f"No settings measured on this machine kind for: pytorch native (one node)." in lines
     other = page.best_known_lines([{**row, "env": {**env, "cpu_count": 4}}])
     assert other == [f"Best known settings: none measured on this machine kind (`cpu-z-4core-avx512`; "
                      f"measured: {kind}).", ""]
@@ -454,10 +457,10 @@ def test_the_report_shows_the_best_known_settings_of_its_machine_kind(tmp_path, 
     # configuration left out of the key shows ynn-fusion-off's times for it)
     def across_lines(**r):
         lines = page.best_known_lines([{**row, "nodes": 2, **r}])
-        return [line for line in lines if line.startswith(("| jax", "None measured"))]
+        return [line for line in lines if line.startswith("| jax") or "for: " in line]
     netns_10 = {"network": "netns", "link": {"rate": "10mbit"}}
-    assert across_lines(**netns_10) == ["None measured in these rows' configuration: jax native "
-                                        "(2 nodes on netns at 10mbit)."]
+    assert across_lines(**netns_10) == [f"Best known settings: none measured on this machine kind "
+                                        f"(`{kind}`) for: jax native (2 nodes on netns at 10mbit)."]
     across = {**group, "nodes": 2, "link": "10mbit", "best": []}
     (tmp_path / f"{kind}.json").write_text(json.dumps(
         {"machine_kind": kind, "measured": "2026-11-26", "groups": [group, across]}))
@@ -466,7 +469,7 @@ def test_the_report_shows_the_best_known_settings_of_its_machine_kind(tmp_path, 
     for elsewhere in ({"network": "slurm"}, {"network": "netns", "link": {"rate": "1gbit"}},
                       {**netns_10, "nodes": 3}):
         got = across_lines(**elsewhere)
-        assert len(got) == 1 and got[0].startswith("None measured"), (elsewhere, got)
+        assert len(got) == 1 and "none measured on this machine kind" in got[0], (elsewhere, got)
 
 
 def test_compare_settings_best_needs_this_machine_kinds_decisions(tmp_path, monkeypatch):

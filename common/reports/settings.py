@@ -169,18 +169,19 @@ def best_known_lines(records: list[dict]) -> list[str]:
         lines.append(f"| {r['framework']} | {g['model']} | {mode_cell(g)} | "
                      f"{'+'.join(g['best']) or 'the defaults'} | {_cell(base, '.2f')} | "
                      f"{_cell(best, '.2f')} |")
-    out = ["## Best known settings on this machine kind", "",
-           f"Measured by benchmarks.settings on this machine kind (`{kind}`, "
-           f"{known['measured']}: `docs/results/settings/{kind}.json`), in its "
-           "own runs: its defaults' and its best's sec/epoch, beside this report's rows, not "
-           "divided by them.", ""]
-    if lines:
-        out += ["| framework | model | mode | best settings | its default s/epoch | "
-                "its best s/epoch |", "|" + "---|" * 6, *lines, ""]
-    if unmeasured:
-        out += ["None measured in these rows' configuration: "
-                + ", ".join(dict.fromkeys(unmeasured)) + ".", ""]
-    return out
+    unmeasured = ", ".join(dict.fromkeys(unmeasured))
+    if not lines:
+        return ([f"Best known settings: none measured on this machine kind (`{kind}`) for: "
+                 f"{unmeasured}.", ""] if unmeasured else [])
+    return ["## Best known settings on this machine kind", "",
+            f"Measured by benchmarks.settings on this machine kind (`{kind}`, "
+            f"{known['measured']}: `docs/results/settings/{kind}.json`), in its "
+            "own runs: its defaults' and its best's sec/epoch, beside this report's rows, not "
+            "divided by them.", "",
+            "| framework | model | mode | best settings | its default s/epoch | "
+            "its best s/epoch |", "|" + "---|" * 6, *lines, "",
+            *([f"No settings measured on this machine kind for: {unmeasured}.", ""]
+              if unmeasured else [])]
 
 
 def markdown(results: dict) -> str:
