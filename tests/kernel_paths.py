@@ -9,7 +9,7 @@ in for the others: torch's dispatch (ATEN_CPU_CAPABILITY), oneDNN's (ONEDNN_MAX_
 used by torch, TensorFlow and Paddle), MKL's (MKL_ENABLE_INSTRUCTIONS), NumPy's
 (NPY_DISABLE_CPU_FEATURES: NumPy 2.4 names its dispatch targets, X86_V3, X86_V4,
 AVX512_ICL, AVX512_SPR, and turning X86_V4 off leaves the ICL and SPR kernels on where the
-CPU has them; names that are no target, such as AVX512F, change nothing) and XLA's code
+CPU has them; NumPy 1.26, MXNet's, names AVX512F ... AVX512_ICL) and XLA's code
 generation
 (--xla_cpu_max_isa). A path this CPU cannot run is left out with the reason (torch asked
 for AVX-512 on a CPU without it stops with an illegal instruction). Exit 1 if any path
@@ -23,9 +23,12 @@ import time
 
 from common.facts.machine import cpu_flags, cpu_info, cpu_line
 
+# NumPy's dispatch targets above AVX2: NumPy 2.4's (X86_V4, AVX512_ICL, AVX512_SPR) and
+# MXNet's NumPy 1.26's (AVX512F ... AVX512_ICL); each version ignores the other's names
+NUMPY_AVX512 = "X86_V4 AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR"
 # An AVX2-only CPU as nearly as the caps make one: every library's kernels at AVX2
 AVX2_EVERYWHERE = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-                   "MKL_ENABLE_INSTRUCTIONS": "AVX2", "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+                   "MKL_ENABLE_INSTRUCTIONS": "AVX2", "NPY_DISABLE_CPU_FEATURES": NUMPY_AVX512,
                    "XLA_FLAGS": "--xla_cpu_max_isa=AVX2"}
 # (the variables, the /proc/cpuinfo flags the path needs, whether it differs from the
 # CPU's own kernels only on a CPU with AVX-512): the machine's own kernels first, then

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from common.facts import machine, settings
+from common.facts import machine, registry, settings
 from tests.conftest import ROOT, pytest_report_header, subprocess_env
 
 AMD_AVX2 = {"fpu", "sse4_2", "avx", "avx2", "fma", "bmi2"}
@@ -84,31 +84,40 @@ def test_kernel_path_variables_reach_the_record_and_the_report():
     assert "kernel-path variables: none set" in machine.cpu_line({**out["env"], "kernel_path_env": {}})
 
 
-def _numpy_targets(env_caps: dict) -> dict:
-    """NumPy's AVX-512 dispatch targets on, in a process started with these variables."""
-    env = {**subprocess_env(), **env_caps}
-    code = ("import json; from numpy._core._multiarray_umath import __cpu_features__ as f, "
-            "__cpu_dispatch__ as d; print(json.dumps({t: f[t] for t in d}))")
-    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+def _numpy_targets(python: str, caps: str | None = None) -> dict:
+    """NumPy's dispatch targets (on or off) in a process of `python` started with these
+    NPY_DISABLE_CPU_FEATURES."""
+    env = {**subprocess_env(), **({"NPY_DISABLE_CPU_FEATURES": caps} if caps else {})}
+    code = ("import json, numpy as np\n"
+            "try: from numpy._core import _multiarray_umath as m\n"
+            "except ImportError: from numpy.core import _multiarray_umath as m\n"
+            "print(json.dumps({t: m.__cpu_features__[t] for t in m.__cpu_dispatch__}))")
+    return json.loads(subprocess.run([python, "-c", code], capture_output=True, text=True,
                                      env=env, check=True).stdout)
+
+
+def _above_avx2(targets: dict) -> list[str]:
+    return [t for t, on in targets.items() if on and t.startswith(("X86_V4", "AVX512"))]
 
 
 @pytest.mark.skipif("avx512f" not in machine.cpu_flags(),
                     reason="this CPU has no AVX-512: NumPy runs its AVX2 kernels already, and "
                            "asking to turn off targets it lacks is an error")
-def test_the_avx2_path_turns_numpys_avx512_kernels_off():
+@pytest.mark.parametrize("framework", [None, "mxnet"])
+def test_the_avx2_path_turns_numpys_avx512_kernels_off(framework):
     """make test-kernel-paths' AVX2 path turns off every NumPy dispatch target above AVX2
-    (X86_V3) on this AVX-512 CPU. Planted: the old names (issue 49: "AVX2", "AVX512F") and
-    X86_V4 alone, which leave AVX-512 targets on."""
+    on this AVX-512 CPU, in the main environment (NumPy 2.4) and MXNet's (1.26). Planted:
+    the old names (issue 49: "AVX2", "AVX512F") under NumPy 2.4, and X86_V4 alone, which
+    leave AVX-512 targets on."""
     from tests.kernel_paths import AVX2_EVERYWHERE
-    own = _numpy_targets({})
-    assert own["X86_V4"] and own["X86_V3"], own
-    capped = _numpy_targets({"NPY_DISABLE_CPU_FEATURES": AVX2_EVERYWHERE["NPY_DISABLE_CPU_FEATURES"]})
-    assert capped == {t: t == "X86_V3" for t in own}, capped
-    for old in ("AVX2 AVX512F", "X86_V4"):
-        if any(v for t, v in own.items() if t != "X86_V3" and t not in old.split()):
-            assert any(v for t, v in _numpy_targets({"NPY_DISABLE_CPU_FEATURES": old}).items()
-                       if t != "X86_V3"), old
+    if framework and not registry.is_installed(framework):
+        pytest.skip(f"{framework}'s environment is not installed")
+    python = registry.python(framework) if framework else sys.executable
+    assert _above_avx2(_numpy_targets(python)), "this AVX-512 CPU has no AVX-512 target on"
+    assert _above_avx2(_numpy_targets(python, AVX2_EVERYWHERE["NPY_DISABLE_CPU_FEATURES"])) == []
+    if not framework:
+        for old in ("AVX2 AVX512F", "X86_V4"):
+            assert _above_avx2(_numpy_targets(python, old)), old
 
 
 def test_the_avx2_path_caps_xlas_code_generation():
