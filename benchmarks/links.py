@@ -39,7 +39,19 @@ from common.launch.launcher import thread_env
 from .cli import Parser, UsageError, int_list, names, positive, run_command
 
 ROOT = Path(__file__).resolve().parent.parent
-ENGINES = ("pytorch", "paddle", "tensorflow", "jax", "mxnet")   # one per multi-node engine
+
+
+def _one_per_engine() -> tuple[str, ...]:
+    """One framework per engine across machines: the registry's first with each engine
+    starter (Keras on TensorFlow rides on TensorFlow's)."""
+    first: dict[str, str] = {}
+    for n in registry.NAMES:
+        if registry.facts(n).engine_starter:
+            first.setdefault(registry.facts(n).engine_starter, n)
+    return tuple(first.values())
+
+
+ENGINES = _one_per_engine()
 PS_RING = "pytorch"             # the ring set against the parameter server
 PS = "mxnet"
 PLACEMENTS = ("per-node", "one")

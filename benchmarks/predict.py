@@ -42,7 +42,7 @@ from common.launch import networks
 from common.launch.launcher import thread_env
 from common.reports import predict as page
 from common.reports.runs import all_devices, step_sec
-from common.results.record import RecordError, load_records
+from common.results.record import RecordError, load_records, model_of
 
 from .cli import Parser, UsageError, int_list, positive
 
@@ -146,7 +146,7 @@ def shares_machine(record: dict) -> bool:
 
 
 def _row_key(r: dict) -> tuple:
-    return (r.get("model", "lenet"), r["framework"], r["mode"], r.get("execution"),
+    return (model_of(r), r["framework"], r["mode"], r.get("execution"),
             r.get("cores_per_device"))
 
 

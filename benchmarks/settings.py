@@ -24,9 +24,9 @@ from pathlib import Path
 from common import models
 from common.core.modes import MODES
 from common.facts import machine, registry, settings
-from common.launch import netns
+from common.launch import netns, networks
 from common.reports import settings as page
-from common.reports.runs import step_sec
+from common.reports.runs import step_sec, timing
 from common.reports.verdict import TOO_FEW, says, verdict
 from common.results.record import write_atomic
 
@@ -268,7 +268,7 @@ def _run_arms(args, g: dict, arm_list: list, out: Path, stop, limits: bool = Fal
                 return
         if limits and g.get("nodes", 1) > 1:
             print(f"{_tag(g)} t1 and t2 (repeat {rep + 1})", flush=True)
-            one = {**_config(args, g, [], default), "nodes": 1, "network": "machines",
+            one = {**_config(args, g, [], default), "nodes": 1, "network": networks.DEFAULT,
                    "link": None, "batch_size": g["batch"] // g["nodes"]}
             _run(one, _path(out, g, T1, rep), out, stop)
             probe(out / "probes" / f"{_tag(g)}-r{rep}.json", g["nodes"], g["link"],
@@ -299,10 +299,6 @@ def limits(out: Path, g: dict) -> dict | None:
     t2 = [probe_sec(json.loads(p.read_text())) for p in sorted(out.glob(f"probes/{_tag(g)}-r*.json"))]
     return {"t1": step(_records(out, g, T1)), "t2": statistics.median(t2) if t2 and None not in t2
             else None, "step_default": step(_records(out, g, "default")), "step_best": step(best)}
-
-
-def _sec(record: dict) -> float | None:
-    return statistics.median(record["sec_per_epoch"]) if record.get("status") == "ok" else None
 
 
 def agreement(arm: list[dict], default: list[dict], names_: list[str], framework: str,
@@ -350,8 +346,9 @@ def decide(label: str, names_: list[str], arm: list[dict], default: list[dict],
         ended = (failed[0].get("error") or "").startswith("the worker ended without a record")
         return {**out, "decision": "did not finish" if ended else "cannot run here",
                 "why": (failed[0].get("error") or failed[0].get("status") or "").splitlines()[0]}
-    before = [s for s in map(_sec, default) if s]
-    after = [_sec(r) for r in arm]
+    # sec/epoch as the report reads it (runs.timing: the median epoch; None where it failed)
+    before = [s for s in (timing(r)["sec"] for r in default) if s]
+    after = [timing(r)["sec"] for r in arm]
     v = verdict(before, after, band)
     out.update(sec_default=statistics.median(before), sec=statistics.median(after),
                ratio=v["ratio"], verdict=says(v), repeats=list(v["repeats"]))

@@ -24,7 +24,7 @@ from common import models
 from common.experiments.gemm import GEMM_SIZE, gemm_rate
 from common.facts.registry import EXECUTIONS
 from common.reports.runs import machine_lines, render_markdown, timing
-from common.results.record import RecordError, load_records
+from common.results.record import RecordError, load_records, model_of
 
 from .cli import Parser, UsageError, positive
 
@@ -35,7 +35,7 @@ def rows(records: list[dict], floor_sec: dict) -> list[dict]:
     for r in records:
         if r["devices"] != 1 or r.get("sync_bn") or r["status"] != "ok":
             continue
-        key = (r.get("model", "lenet"), r["framework"], r["mode"])
+        key = (model_of(r), r["framework"], r["mode"])
         table.setdefault(key, {})[r.get("execution") or "?"] = timing(r)["sec"]
     out = []
     for (model, framework, mode), secs in table.items():
@@ -99,8 +99,8 @@ def main(argv=None) -> int:
     for r in records:
         steps = (r.get("steps_per_epoch") or [None])[0]
         if steps and r.get("batch_size"):
-            flops = models.get(r.get("model", "lenet")).TRAIN_FLOPS_PER_IMAGE * steps * r["batch_size"]
-            floor_sec[r.get("model", "lenet")] = flops / (gemm["gflops"] * 1e9)
+            flops = models.get(model_of(r)).TRAIN_FLOPS_PER_IMAGE * steps * r["batch_size"]
+            floor_sec[model_of(r)] = flops / (gemm["gflops"] * 1e9)
     data = rows(records, floor_sec)
     console = Console(width=None if sys.stdout.isatty() else 140)
     console.print(speed_table(data, markdown=False))

@@ -63,6 +63,13 @@ def test_every_kind_answers_the_interface(name):
     check_kind(name, networks.NETWORKS[name])
 
 
+def test_the_default_network_is_a_kind_of_one_machines_own():
+    """RunConfig's default network (common.core names it, below the kinds) is a kind, the
+    real machines' one, where each node runs on its own cores."""
+    assert networks.DEFAULT in networks.NETWORKS
+    assert not networks.get(networks.DEFAULT).shares_cores
+
+
 def test_a_planted_kind_fails_the_interface_check():
     """Planted: a kind that says its nodes have cores of their own while it runs them
     all here; one whose check takes every option; one without `up` (it cannot be made)."""

@@ -25,6 +25,7 @@ from typing import Callable
 import numpy as np
 
 from common.core.contract import NotApplicable
+from common.core.perf import ring_bytes
 from common.experiments import ops as ops_mod
 from common.experiments.ops import Ops
 from common.models.lenet import init_params
@@ -504,7 +505,7 @@ def _allreduce_sizes(ctx: Context) -> list[int]:
 
 def _bandwidth(m: dict, nbytes: int, world: int) -> dict:
     algbw = nbytes / m["median_s"] / 1e9
-    m.update(bytes=nbytes, algbw=algbw, busbw=algbw * 2 * (world - 1) / world)
+    m.update(bytes=nbytes, algbw=algbw, busbw=ring_bytes(algbw, world))     # x 2(n-1)/n
     return m
 
 

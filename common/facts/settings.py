@@ -137,7 +137,8 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
                 "set_experimental_options", "precision", ("cpu",), hook=True,
                 needs_flags=BF16_FLAGS, precision="bfloat16"),
         Setting("collective-packs", "MultiWorkerMirroredStrategy's gradients all-reduced in "
-                "packs of 256 KiB (CommunicationOptions bytes_per_pack; default 0, one pack), "
+                f"packs of {COMM_BUFFER_MB * 1024:g} KiB (CommunicationOptions bytes_per_pack; "
+                "default 0, one pack), "
                 "so that packs overlap", "https://www.tensorflow.org/api_docs/python/tf/"
                 "distribute/experimental/CommunicationOptions", "communication", hook=True),
     ),

@@ -83,7 +83,7 @@ DERIVED = {
     "mode_label": ("the row's mode as the report, the plots and the history gate name it: "
                    "with sync-bn, the schedule, the nodes and tuned (a+b) where they apply",
                    lambda r, t, row: runs.mode_label(r)),
-    "slurm_job": ("the Slurm job and node list the nodes came from (compare --launcher slurm) "
+    "slurm_job": ("the Slurm job and node list the nodes came from (compare --network slurm) "
                   "as JOB:NODELIST; empty: nodes given by hand",
                   lambda r, t, row: (r.get("slurm") or None) and
                   f"{r['slurm']['job_id']}:{r['slurm']['node_list']}"),

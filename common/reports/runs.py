@@ -21,7 +21,8 @@ from common.facts.machine import cpu_line
 from common.facts.registry import NAMES
 from common.launch import networks
 from common.reports import settings as settings_report, utilisation, verdict
-from common.results.record import ok_repeats, schedule_of
+from common.results.record import model_of, ok_repeats, schedule_of
+from common.results.utilisation import all_devices
 
 
 def libraries_line(records: list[dict]) -> str:
@@ -84,11 +85,6 @@ TERSE = {"not-applicable": "n/a", "not-installed": "missing"}
 
 def _median(xs):
     return statistics.median(xs) if xs else None
-
-
-def all_devices(record: dict) -> int:
-    """Devices over every node of a run (devices is per node)."""
-    return record["devices"] * (record.get("nodes") or 1)
 
 
 def ideal_speedup(record: dict) -> int:
@@ -178,7 +174,7 @@ def summarize(records: list[dict]) -> list[dict]:
     second: with a fixed global batch that is the 1-device sec/epoch over this row's,
     and under weak scaling (the batch grows with the devices) the throughput gained."""
     def key(r):
-        return (r["framework"], r.get("model", "lenet"), r["mode"], r.get("execution"),
+        return (r["framework"], model_of(r), r["mode"], r.get("execution"),
                 bool(r.get("sync_bn")), schedule_of(r), tuple(settings_names(r)))
     timings = [timing(r) if r["status"] in ("ok", "failed", "interrupted") else timing({})
                for r in records]
@@ -203,7 +199,7 @@ def summarize(records: list[dict]) -> list[dict]:
             note = (f"noisy: repeats spread {t['spread']:.0%} > {NOISE_THRESHOLD:.0%}"
                     + ("; " + note if note else ""))
         rows.append({
-            "framework": r["framework"], "model": r.get("model", "lenet"),
+            "framework": r["framework"], "model": model_of(r),
             "mode": mode_label(r), "execution": r.get("execution"), "devices": all_devices(r),
             "status": r["status"], "test acc": r.get("test_accuracy") if r["status"] == "ok" else None,
             "train loss": r["train_loss"][-1] if r.get("train_loss") else None, "sec/epoch": sec,
@@ -232,7 +228,7 @@ def base_key(r: dict, mode: str) -> tuple:
     framework's run in that mode, in its default execution (model mode: native x1)."""
     execution = (registry.default_execution(r["framework"], mode)
                  if r["framework"] in registry.FRAMEWORKS else None)
-    return (r["framework"], r.get("model", "lenet"), mode, execution, bool(r.get("sync_bn")),
+    return (r["framework"], model_of(r), mode, execution, bool(r.get("sync_bn")),
             schedule_of({**r, "mode": mode}), tuple(settings_names(r)))
 
 
@@ -376,7 +372,7 @@ def render_markdown(t: Table) -> str:
 def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
     cfg = records[0] if records else {}
     util_rows = utilisation.rows(rows, records)
-    model_names = ", ".join(dict.fromkeys(r.get("model", "lenet") for r in records))
+    model_names = ", ".join(dict.fromkeys(model_of(r) for r in records))
     if cfg.get("batch_per_device"):
         batch = (f"batch {cfg['batch_per_device']} per device (weak scaling: the global batch and "
                  f"the learning rate grow with the device count; lr {cfg['lr'] / cfg['devices']:g} "
@@ -475,8 +471,8 @@ def accuracy_lines(records: list[dict]) -> list[str]:
     and which rows never left the ln 10 plateau (a chance-level accuracy)."""
     lines = []
     ok = [r for r in records if r["status"] == "ok" and r.get("test_accuracy") is not None]
-    for model in dict.fromkeys(r.get("model", "lenet") for r in ok):
-        rows = [r for r in ok if r.get("model", "lenet") == model]
+    for model in dict.fromkeys(model_of(r) for r in ok):
+        rows = [r for r in ok if model_of(r) == model]
         stuck = [r for r in rows if r["test_accuracy"] <= PLATEAU_ACCURACY]
         for init in dict.fromkeys(r.get("init") for r in stuck):
             names = ", ".join(_label(r) for r in stuck if r.get("init") == init)
@@ -559,7 +555,7 @@ def figures(records: list[dict]) -> dict:
 
     order = {n: i for i, n in enumerate(NAMES)}
     ok = sorted([r for r in records if r["status"] == "ok"],
-                key=lambda r: (r.get("model", "lenet"), order.get(r["framework"], 99),
+                key=lambda r: (model_of(r), order.get(r["framework"], 99),
                                not mode_of(r).by_hand, bool(r.get("sync_bn")), r["devices"]))
     if not ok:
         return {}
@@ -619,7 +615,7 @@ def figures(records: list[dict]) -> dict:
     counts = sorted({r["devices"] for r in ok})
     if len(counts) > 1:
         def curve(r):
-            return r["framework"], r.get("model", "lenet"), mode_label(r), r.get("execution")
+            return r["framework"], model_of(r), mode_label(r), r.get("execution")
         lines: dict[tuple, list] = {}
         for r, row in zip(ok, rows):
             if row["speed-up"]:
@@ -676,7 +672,7 @@ def schedule_plots(records: list[dict], out_dir: Path) -> list[Path]:
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         if r.get("status") == "ok" and r.get("pipeline_spans"):
-            groups.setdefault((r["framework"], r.get("model", "lenet"), r["devices"]), []).append(r)
+            groups.setdefault((r["framework"], model_of(r), r["devices"]), []).append(r)
     written = []
     colours = plt.get_cmap("tab10")
     for (framework, model, k), rs in groups.items():
@@ -736,7 +732,7 @@ DEFAULT_NOISE = 0.15
 
 
 def _key(r: dict) -> tuple:
-    return (r["framework"], r.get("model", "lenet"), r["mode"], r.get("execution"),
+    return (r["framework"], model_of(r), r["mode"], r.get("execution"),
             bool(r.get("sync_bn")), schedule_of(r), r["devices"])
 
 

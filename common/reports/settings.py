@@ -6,6 +6,7 @@ from common import models
 from common.facts import settings
 from common.facts.machine import cpu_line
 from common.launch import networks
+from common.results.record import model_of
 
 # issue 37's aims for a framework at its best: within 1.5x of the fastest framework's
 # best; across nodes, its step within 1.15x of max(t1, t2) (compute or communication,
@@ -161,7 +162,7 @@ def best_known_lines(records: list[dict]) -> list[str]:
         if r.get("settings") or r["devices"] != 1:
             continue
         where = row_configuration(r)
-        g = groups.get((r["framework"], r.get("model", "lenet"), r["mode"], where))
+        g = groups.get((r["framework"], model_of(r), r["mode"], where))
         if g is None:
             unmeasured.append(f"{r['framework']} {r['mode']} ({settings.describe(where)})")
             continue

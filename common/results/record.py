@@ -133,7 +133,7 @@ def schedule_of(record: dict) -> str | None:
 
 
 def record_filename(record: dict) -> str:
-    model = "" if record.get("model", "lenet") == "lenet" else f"{record['model']}-"
+    model = "" if model_of(record) == "lenet" else f"{record['model']}-"
     sync = "-syncbn" if record.get("sync_bn") else ""
     # an execution other than the mode's default is named (a default run's file keeps
     # its name, whether or not --execution named it)
@@ -161,6 +161,16 @@ class RecordError(ValueError):
     """A file in a results folder that is not a readable run record; names the file."""
 
 
+# records written before the suite had a second model name none: they are LeNet's
+MODEL_BEFORE_MODELS = "lenet"
+
+
+def model_of(record: dict) -> str:
+    """A record's model (or a report row's, a history line's), read the one way: a record
+    from before models were named is LeNet's."""
+    return record.get("model") or MODEL_BEFORE_MODELS
+
+
 def read_record(path: str | os.PathLike) -> dict:
     path = Path(path)
     try:
@@ -182,7 +192,7 @@ def load_records(directory: str | os.PathLike) -> list[dict]:
     records = [read_record(p) for p in Path(directory).glob("*dev.json")]
     order = {n: i for i, n in enumerate(registry.NAMES)}
     executions = list(registry.EXECUTIONS)
-    return sorted(records, key=lambda r: (r.get("model", "lenet"),
+    return sorted(records, key=lambda r: (model_of(r),
                                           order.get(r["framework"], len(order)),
                                           modes.NAMES.index(r["mode"]) if r["mode"] in modes.NAMES else 99,
                                           bool(r.get("sync_bn")),

@@ -9,6 +9,7 @@ import paddle.distributed as dist
 from common.core.contract import ModuleTrainer
 from common import models
 from common.facts.data import shard_bounds
+from common.facts.settings import COMM_BUFFER_MB
 
 from .models import ResNet18Layer, loss_sum
 
@@ -87,7 +88,8 @@ class Native:
     # DataParallel's options that the communication settings set (common/facts/settings.py):
     # gradient buffers of 0.25 MB (defaults 25 MB, the last 1 MB: all of LeNet's 516 KB in
     # one buffer, reduced after the whole backward pass)
-    COMMUNICATION = {"small-buffers": {"comm_buffer_size": 0.25, "last_comm_buffer_size": 0.25}}
+    COMMUNICATION = {"small-buffers": {"comm_buffer_size": COMM_BUFFER_MB,
+                                       "last_comm_buffer_size": COMM_BUFFER_MB}}
 
     sync_bn_needs_gpu = ("paddle.nn.SyncBatchNorm has GPU kernels only (CPU build, gloo, under "
                          "DataParallel, its forward: 'The kernel `sync_batch_norm` is not "

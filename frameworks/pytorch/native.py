@@ -12,6 +12,7 @@ from torch.nn.parallel import DistributedDataParallel
 from common import models
 from common.core.contract import ModuleTrainer, NeedsGPU, NotApplicable
 from common.facts.data import shard_bounds
+from common.facts.settings import COMM_BUFFER_MB
 
 from .devices import compile_check, torch_device
 from .models import ResNet18Module, loss_sum, to_layout
@@ -136,7 +137,7 @@ class Native:
     # bucket size an all-reduce waits for (default 25 MB, the first bucket 1 MB: all of
     # LeNet's 516 KB in one, reduced after the whole backward pass), and the gradients'
     # type on the link
-    COMMUNICATION = {"ddp-small-buckets": {"bucket_cap_mb": 0.25},
+    COMMUNICATION = {"ddp-small-buckets": {"bucket_cap_mb": COMM_BUFFER_MB},
                      "fp16-compress": {"comm_hook": "fp16"}}
 
     def dataparallel_trainer(self, model, params, devices, lr, execution):

@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.facts import devices as dev
+from common.facts.settings import COMM_BUFFER_MB
 
 
 def tf_device(device: str) -> str:
@@ -39,7 +40,7 @@ class Devices:
     # the strategy's CommunicationOptions that the communication settings set (common/
     # facts/settings.py): packs of 256 KiB (default 0, one pack: every gradient waits
     # for the whole backward pass)
-    COMMUNICATION = {"collective-packs": {"bytes_per_pack": 256 * 1024}}
+    COMMUNICATION = {"collective-packs": {"bytes_per_pack": int(COMM_BUFFER_MB * 2**20)}}
 
     def apply_setting(self, name):
         # Grappler rewrites the graphs tf.function builds (oneDNN's bfloat16 kernels where
