@@ -26,11 +26,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from common.facts import data, registry
 from common import models
 from common.core.modes import MODES
+from common.core.perf import SERVER_PLACEMENTS
 from common.core.pipeline import SCHEDULES
 from common.core.plan import RunConfig
 from common.experiments import gemm
 from common.facts.machine import env_info, gpu_count
-from common.launch import networks, nodes, progress as progress_lines
+from common.launch import networks, progress as progress_lines
 from common.results import utilisation
 from common.results.record import (FAILED, REPEAT_KEYS, RecordError, mark_not_installed, new_record,
                                    ok_repeats, read_record, record_filename, write_atomic)
@@ -169,7 +170,7 @@ def build_parser() -> Parser:
     p.add_argument("--link", default=None, metavar="RATE",
                    help=f"with --network {networks.Netns.name}: each node's egress shaped to "
                         "RATE (tc's units: 10mbit, 100mbit, 1gbit) or `unshaped` (the default)")
-    p.add_argument("--servers", choices=nodes.SERVERS, default=RUN_DEFAULTS["servers"],
+    p.add_argument("--servers", choices=SERVER_PLACEMENTS, default=RUN_DEFAULTS["servers"],
                    help="MXNet's parameter servers across machines: a server on every node "
                         "(per-node, as MXNet's launcher does), or one on node 0")
     p.add_argument("--stall-timeout", type=positive_float, default=None, metavar="SECONDS",

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from common import models
+from common.core import perf
 from common.facts import registry
 from common.launch import netns
 from common.launch.launcher import thread_env
@@ -54,7 +55,6 @@ def _one_per_engine() -> tuple[str, ...]:
 ENGINES = _one_per_engine()
 PS_RING = "pytorch"             # the ring set against the parameter server
 PS = "mxnet"
-PLACEMENTS = ("per-node", "one")
 PROBE_REPEATS = 5
 PROBE_IFNAME = netns.LINK_IF    # the interface gloo's probe binds (tests plant another)
 RUNS = ("compute", "nodes", "ps")
@@ -190,7 +190,7 @@ def run(args, out: Path) -> int:
             common = ["--batch-size", str(n * b), "--devices", "1", "--nodes", str(n),
                       "--network", "netns", "--link", rate, "--steps-per-epoch", "8"]
             code = max(code, compare(out / "ps" / f"n{n}-ring", [PS_RING], "lenet", common))
-            for placement in PLACEMENTS:
+            for placement in perf.SERVER_PLACEMENTS:
                 code = max(code, compare(out / "ps" / f"n{n}-{placement}", [PS], "lenet",
                                          [*common, "--servers", placement]))
             probe(out / "ps" / f"probe-n{n}-{rate}.json", n, rate, models.param_bytes("lenet"))

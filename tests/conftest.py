@@ -7,6 +7,7 @@ that is built (.venv-mxnet on disk) must give the suite its framework: else the 
 fails at its start (environment_problems)."""
 from __future__ import annotations
 
+import ast
 import atexit
 import json
 import os
@@ -185,6 +186,53 @@ def incomplete_subclass_error(module: str, base: str, defined: str) -> str:
             "    print(e)\n")
     proc = run_python(["-c", code])
     return proc.stdout + proc.stderr
+
+
+def name_uses(path: Path, names: set[str], source: str | None = None,
+              lookups: bool = False) -> list[str]:
+    """`file:line` of every comparison in a source file (`source`, else the file's text)
+    with one of `names` as a string literal on either side, alone or in a tuple, list or
+    set, or as a match case; with `lookups`, also every table of them: a tuple, list or
+    set holding one, a dict literal keyed by one, `table["name"]`, `table.get("name")`. A
+    registry's name compared (or listed) outside its own module is a second source of
+    truth."""
+    tree = ast.parse(source if source is not None else path.read_text())
+    found = []
+
+    def named(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(named(e) for e in node.elts)
+        return False
+    for node in ast.walk(tree):
+        hit = ((isinstance(node, ast.Compare) and any(named(n) for n in (node.left, *node.comparators)))
+               or (isinstance(node, ast.match_case) and named(getattr(node.pattern, "value", None))))
+        if lookups and not hit:
+            hit = ((isinstance(node, (ast.Tuple, ast.List, ast.Set)) and named(node))
+                   or (isinstance(node, ast.Dict) and any(named(k) for k in node.keys if k))
+                   or (isinstance(node, ast.Subscript) and named(node.slice))
+                   or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                       and node.func.attr == "get" and node.args and named(node.args[0])))
+        if hit:
+            line = node.pattern.lineno if isinstance(node, ast.match_case) else node.lineno
+            found.append(f"{path.relative_to(ROOT)}:{line}")
+    return list(dict.fromkeys(found))
+
+
+def uses_but(scan, own: str) -> list[str]:
+    """What `scan(path)` finds in every source file of common/, benchmarks/ and
+    frameworks/ but `own` (a registry's module, the one place its names are compared)."""
+    return [hit for part in ("common", "benchmarks", "frameworks")
+            for p in sorted((ROOT / part).rglob("*.py")) if p != ROOT / own for hit in scan(p)]
+
+
+def planted_uses(scan, module: str, line: str, planted: str) -> list[str]:
+    """What `scan(path, source)` finds in `module` with its `line` replaced by `planted`
+    (a copy of its source: the tree is left as it is)."""
+    source = (ROOT / module).read_text()
+    assert line in source, (module, line)
+    return scan(ROOT / module, source.replace(line, planted))
 
 
 def per_framework(tmp_path_factory, module: str, threads: int = THREADS, timeout: int = 600):

@@ -4,7 +4,6 @@ works with its one-line note, and records and plans written under the old key ar
 as their kind."""
 from __future__ import annotations
 
-import ast
 import json
 import shutil
 import sys
@@ -14,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from common.launch import netns, networks, nodes
+from tests.conftest import name_uses, planted_uses, uses_but
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -94,33 +94,13 @@ def test_a_planted_kind_fails_the_interface_check():
 def kind_name_comparisons(path: Path, source: str | None = None) -> list[str]:
     """`file:line` of every comparison in a source file with a kind's name (new or old)
     as a string literal on either side, alone or in a tuple, list or set."""
-    tree = ast.parse(source if source is not None else path.read_text())
-    found = []
-
-    def names(node) -> bool:
-        if isinstance(node, ast.Constant):
-            return node.value in KIND_NAMES
-        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            return any(names(e) for e in node.elts)
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Compare) and any(names(n) for n in (node.left, *node.comparators)):
-            found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-        if isinstance(node, ast.match_case) and names(getattr(node.pattern, "value", None)):
-            found.append(f"{path.relative_to(ROOT)}:{node.pattern.lineno}")
-    return found
-
-
-def _sources() -> list[Path]:
-    return [p for part in ("common", "benchmarks", "frameworks")
-            for p in sorted((ROOT / part).rglob("*.py"))
-            if p != ROOT / "common" / "launch" / "networks.py"]
+    return name_uses(path, KIND_NAMES, source)
 
 
 def test_no_file_but_networks_compares_a_kind_name():
     """Seen failing with runner's `if cfg.get("launcher") == "netns":` planted back in the
     tree ("benchmarks/runner.py:137"); the plants below do it on copies of the source."""
-    found = [hit for p in _sources() for hit in kind_name_comparisons(p)]
+    found = uses_but(kind_name_comparisons, "common/launch/networks.py")
     assert not found, f"a kind's name compared outside common/launch/networks.py: {found}"
 
 
@@ -132,9 +112,7 @@ def test_no_file_but_networks_compares_a_kind_name():
 ], ids=["runner-netns", "predict-tuple"])
 def test_a_planted_kind_comparison_is_found(module, line, planted):
     """The branches this refactor moved into the kinds, planted back: the scan finds each."""
-    source = (ROOT / module).read_text()
-    assert line in source
-    assert kind_name_comparisons(ROOT / module, source.replace(line, planted)), module
+    assert planted_uses(kind_name_comparisons, module, line, planted), module
 
 
 def _note(capsys, argv: list[str]) -> tuple[str, list[str]]:

@@ -209,7 +209,14 @@ def server_bytes(sizes: list[int], servers: int) -> list[int]:
     return held
 
 
-def _servers(nodes: int, placement: str) -> int:
+# where MXNet's parameter servers run across machines (compare --servers): one on every
+# node (as MXNet's own launcher starts them), or one on node 0
+SERVER_PLACEMENTS = ("per-node", "one")
+
+
+def server_count(nodes: int, placement: str) -> int:
+    """How many parameter servers a run on `nodes` nodes has, placed `placement` (one of
+    SERVER_PLACEMENTS): the rule MXNet's engine starter (common.launch.engines) runs by."""
     return 1 if placement == "one" else nodes
 
 
@@ -218,7 +225,7 @@ def sent_bytes(sizes: list[int], nodes: int, placement: str) -> list[int]:
     other servers hold, its server answers the n - 1 other workers' pulls. With a server
     per node: P + (n - 2) x S_s, S_s the bytes its server holds; one server (node 0):
     (n - 1) x P on node 0, P on each other node."""
-    held = server_bytes(sizes, _servers(nodes, placement))
+    held = server_bytes(sizes, server_count(nodes, placement))
     held += [0] * (nodes - len(held))
     total = sum(held)
     return [(total - s) + (nodes - 1) * s for s in held]
@@ -232,7 +239,7 @@ def exchange_bytes(sizes: list[int], nodes: int, placement: str) -> float:
     (TCP flows through one shaped queue), each connection sending its messages in order.
     Never less than the busiest link's bytes (sent_bytes), and more where a large key's
     answers must wait for its pushes (LeNet's dense weight, 79 % of its bytes)."""
-    servers = _servers(nodes, placement)
+    servers = server_count(nodes, placement)
     pieces = parts(sizes, servers)
     # a connection: (sending node, receiving node, 'push' or 'answer') -> queued messages
     queues: dict[tuple, list[list]] = {}

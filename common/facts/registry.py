@@ -92,8 +92,8 @@ class Framework:
     # runs when none is asked for ("*": every mode not named)
     executions: dict[str, str]
     default_execution: dict[str, str]
-    # how its engine starts on each of several machines (a key of
-    # common.launch.nodes.ENGINE_STARTERS; "" where it has none: its `lacks` says why under "nodes")
+    # how its engine starts on each of several machines (the name of one of
+    # common.launch.engines.ENGINES; "" where it has none: its `lacks` says why under "nodes")
     engine_starter: str = ""
     # what it cannot do, with the reason: a mode, an execution (every one of EXECUTIONS
     # is either in `executions` or here) or a feature (FEATURES)
@@ -203,7 +203,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                   nodes="Keras on JAX across machines starts with keras.distribution.initialize "
                         "(jax.distributed: coordinator address, process count and id per "
                         "node); the suite's 'jax-distributed' engine starter "
-                        "(common/launch/nodes.py, which the jax row uses) is not wired to "
+                        "(common/launch/engines.py, which the jax row uses) is not wired to "
                         "keras-jax's trainer yet",
                   **_keras_on_tensorflow_only("JAX", _KERAS_JAX_STAGES)),
               env={"KERAS_BACKEND": "jax"}, profile_env=_JAX_PROFILE_ENV),

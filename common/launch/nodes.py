@@ -1,16 +1,6 @@
 """Runs across several machines, each framework on its own distributed engine, started
-its own documented way (no launcher of ours beyond local processes):
-
-- torchrun: `python -m torch.distributed.run` with c10d rendezvous at the master;
-- paddle.distributed.launch with `--master`, which runs its own HTTP rendezvous;
-- TF_CONFIG: TensorFlow has no launcher; every worker is started with TF_CONFIG naming
-  the whole cluster and joins a MultiWorkerMirroredStrategy (RING collectives on CPU);
-- jax.distributed: JAX has no launcher either; one process per node holds the node's
-  devices and calls jax.distributed.initialize with the master as its coordinator
-  (gloo collectives on CPU);
-- DMLC: MXNet's parameter server, the chapters' `dist_sync` KVStore: a scheduler at the
-  master, a server and a worker per node, given their roles in DMLC_* variables as
-  MXNet's tools/launch.py gives them.
+its own documented way (common/launch/engines.py: one class per engine, the processes a
+node runs).
 
 A node runs the processes `node_processes` lists; `supervise` starts them, passes the
 lead's progress lines on, and ends the run as failed, killing every local process,
@@ -32,38 +22,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from common.facts import registry
-from common.launch import netns, progress, slurm
-from common.launch.launcher import ROOT, LaunchError, RankInfo, child_env, log_tail
-
-RANK_SCRIPT = ROOT / "common" / "launch" / "rank.py"
-# How each framework's engine starts on a node (registry.Framework.engine_starter names
-# one); a record keeps it as "engine_starter" ("cluster_launcher" in records before)
-ENGINE_STARTERS = {
-    "torchrun": "torchrun (torch.distributed.run, c10d rendezvous; gloo on CPU, nccl on GPUs)",
-    "paddle-launch": "paddle.distributed.launch (its HTTP rendezvous at --master; gloo on "
-                     "CPU, nccl on GPUs)",
-    "tf-config": "a worker per device started with TF_CONFIG, MultiWorkerMirroredStrategy "
-                 "(RING collectives)",
-    "jax-distributed": "a process per node holding its devices, jax.distributed.initialize "
-                       "with the master as coordinator (gloo collectives on CPU)",
-    "dmlc": "MXNet dist_sync KVStore (parameter server): a scheduler, a server and a worker "
-            "per node, roles in DMLC_* variables",
-}
-
-
-def engine_starter(record: dict) -> str | None:
-    """How a record's engine started across machines (records before the name:
-    "cluster_launcher")."""
-    return record.get("engine_starter") or record.get("cluster_launcher")
-
-
-# the engine starters that run one worker process per node, holding all of its devices
-ONE_WORKER_PER_NODE = ("dmlc", "jax-distributed")
+from common.launch import engines, netns, progress, slurm
+from common.launch.engines import Proc
+from common.launch.launcher import ROOT, LaunchError, child_env, log_tail
 
 
 @dataclass(frozen=True)
@@ -129,26 +94,12 @@ def own_address(addr: str, route: bool = False) -> tuple[str, str | None]:
     return addr, None
 
 
-@dataclass
-class Proc:
-    node: int
-    role: str                 # "worker", or for MXNet also "server", "scheduler"
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    lead: bool = False        # writes the node's record and tells its progress
-    cores: list[int] | None = None     # pinned to these cores (--cores-per-device)
-
-
-def _rank_argv(cfg_json: str, out_dir: Path, role: str = "worker") -> list[str]:
-    return [str(RANK_SCRIPT), cfg_json, str(out_dir), role]
-
-
 def node_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc]:
     """The processes node `node` runs, started the framework's own way, each told the
     node's own address and interface the way its engine documents (common to all: gloo's
     and NCCL's socket interface variables, which JAX's gloo collectives read too, via
     frameworks/jax)."""
-    procs = _engine_processes(cfg, cluster, node, out_dir)
+    procs = engines.of_framework(cfg.framework).processes(cfg, cluster, node, out_dir)
     interface = cluster.own(node)[1]
     for p in procs:
         if interface:
@@ -160,84 +111,6 @@ def node_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc
             if p.lead:       # the lead counts the link's bytes around the timed epochs
                 p.env[netns.LINK_ENV] = netns.LINK_IF
     return procs
-
-
-def _engine_processes(cfg, cluster: Cluster, node: int, out_dir: Path) -> list[Proc]:
-    starter = registry.facts(cfg.framework).engine_starter
-    k, n = cfg.devices, cluster.nodes
-    cfg_json = json.dumps(cfg.to_dict())
-    py = registry.python(cfg.framework)
-    addr, interface = cluster.own(node)
-    if starter == "torchrun":
-        return [Proc(node, "worker", [
-            py, "-m", "torch.distributed.run", f"--nnodes={n}", f"--nproc-per-node={k}",
-            f"--node-rank={node}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={cluster.master_addr}:{cluster.master_port}",
-            f"--rdzv-id=dl-compare-{cluster.master_port}", "--max-restarts=0",
-            # the address this agent advertises to the others (else its hostname's)
-            f"--local-addr={addr}",
-            # node 0 hosts the rendezvous store (--master is its address); torchrun's own
-            # join timeout is left longer than ours, which ends the run first, with its message
-            f"--rdzv-conf=is_host={int(node == 0)},join_timeout={int(cluster.join_timeout) + 60}",
-            *_rank_argv(cfg_json, out_dir)], lead=True)]
-    if starter == "paddle-launch":
-        return [Proc(node, "worker", [
-            py, "-m", "paddle.distributed.launch", "--master",
-            f"{cluster.master_ip}:{cluster.master_port}", "--nnodes", str(n), "--rank", str(node),
-            "--host", addr,         # the endpoint its ranks advertise (else the hostname's)
-            "--nproc_per_node", str(k), "--max_restart", "0", "--job_id",
-            f"dl-compare-{cluster.master_port}",
-            "--log_dir", str(out_dir / "logs" / f"paddle-node{node}"),   # copied on failure
-            *_rank_argv(cfg_json, out_dir)], lead=True)]
-    if starter == "tf-config":
-        # a worker per device, each on its own port of its node's host
-        workers = [f"{cluster.host(m)}:{cluster.master_port + 1 + m * k + i}"
-                   for m in range(n) for i in range(k)]
-        procs = []
-        for i in range(k):
-            index = node * k + i
-            tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-            procs.append(Proc(node, "worker", [py, *_rank_argv(cfg_json, out_dir)], {
-                "TF_CONFIG": json.dumps(tf_config), **_rank_env(index, n * k, i, k, cluster),
-                # on a GPU machine, worker i's device is its GPU i (its only one)
-                "CUDA_VISIBLE_DEVICES": str(i)}, lead=i == 0))
-        return procs
-    if starter == "jax-distributed":
-        return [Proc(node, "worker", [py, *_rank_argv(cfg_json, out_dir)],
-                     _rank_env(node, n, 0, 1, cluster), lead=True)]
-    if starter == "dmlc":
-        count = servers(cfg.framework, n, cfg.servers)
-        dmlc = {"DMLC_PS_ROOT_URI": cluster.master_ip, "DMLC_PS_ROOT_PORT": str(cluster.master_port),
-                "DMLC_NUM_SERVER": str(count), "DMLC_NUM_WORKER": str(n),
-                # the address ps-lite advertises, and the interface it would take it from
-                "DMLC_NODE_HOST": addr, **({"DMLC_INTERFACE": interface} if interface else {})}
-        procs = [Proc(node, "scheduler", [py, *_rank_argv(cfg_json, out_dir, "scheduler")],
-                      {**dmlc, "DMLC_ROLE": "scheduler"})] if node == 0 else []
-        if node < count:        # one server: node 0's
-            procs.append(Proc(node, "server", [py, *_rank_argv(cfg_json, out_dir, "server")],
-                              {**dmlc, "DMLC_ROLE": "server"}))
-        # one worker per node holds its k devices; the scheduler numbers the workers
-        procs.append(Proc(node, "worker", [py, *_rank_argv(cfg_json, out_dir)],
-                          {**dmlc, "DMLC_ROLE": "worker", **_rank_env(node, n, 0, 1, cluster)},
-                          lead=True))
-        return procs
-    raise LaunchError(f"{cfg.framework} has no engine starter across machines")
-
-
-def _rank_env(rank: int, world: int, local: int, local_world: int, cluster: Cluster) -> dict:
-    return RankInfo(rank, world, local, local_world, cluster.master_addr,
-                    cluster.master_port).env()
-
-
-SERVERS = ("per-node", "one")
-
-
-def servers(framework: str, nodes: int, placement: str = "per-node") -> int | None:
-    """How many parameter servers a run has (MXNet's: one per node, or one on node 0);
-    None without any."""
-    if registry.facts(framework).engine_starter != "dmlc":
-        return None
-    return nodes if placement == "per-node" else 1
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -373,7 +246,7 @@ def run(cfg, cluster: Cluster, out_dir: Path, on_line: Callable[[str], None],
         p.cores = cores[p.node] if cores else None
     # a node's rank processes share its threads (torchrun would set 1 where this is
     # unset); MXNet and JAX run one worker process per node
-    per_node = 1 if registry.facts(cfg.framework).engine_starter in ONE_WORKER_PER_NODE else cfg.devices
+    per_node = 1 if engines.of_framework(cfg.framework).one_worker_per_node else cfg.devices
     per_rank = max(1, cfg.threads // per_node)
     env = child_env(per_rank)
     supervise(procs, env, out_dir / "logs", cluster.join_timeout, on_line,

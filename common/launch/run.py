@@ -1,8 +1,8 @@
 """One run, start to record: in this process, in a rank process per device started
 here (common.launch.launcher), or across machines on the framework's own engine
-(common.launch.nodes) over a network (common.launch.networks). The epoch loop itself is
-common.core.loop; this module only places it, pins its cores and turns its outcome into
-a record."""
+(common.launch.engines, started by common.launch.nodes) over a network
+(common.launch.networks). The epoch loop itself is common.core.loop; this module only
+places it, pins its cores and turns its outcome into a record."""
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +21,7 @@ from common.core.modes import MODES
 from common.core.plan import RunConfig
 from common.facts import data as data_mod, registry
 from common.facts.machine import env_info, framework_version
-from common.launch import launcher, networks, nodes, progress
+from common.launch import engines, launcher, networks, nodes, progress
 from common.launch.rank import _rank_main, apply_settings
 from common.results import profile, trace, utilisation
 from common.results.record import mark_not_installed, new_record, read_rank_parts
@@ -187,14 +187,15 @@ def _run_nodes(cfg: RunConfig, record: dict, mode, tell: bool, trace_path: Path 
            or mode.gap(cfg.framework, execution=cfg.execution))
     if why is None and cfg.sync_bn:
         why = "synchronised BatchNorm across machines is not run by the suite (one machine only)"
-    if why is None and facts.engine_starter == "tf-config" and not network.knows_every_host(cfg):
-        why = ("TF_CONFIG lists every worker's address: give every node's host with "
+    engine = None if why else engines.of_framework(cfg.framework)
+    if engine and engine.needs_every_host and not network.knows_every_host(cfg):
+        why = (f"{engine.needs_every_host}: give every node's host with "
                "--node-hosts HOST0,HOST1,...")
     if why:
         record.update(status="not-applicable", error=why)
         return record
-    record["engine_starter"] = nodes.ENGINE_STARTERS[facts.engine_starter]
-    record["servers"] = nodes.servers(cfg.framework, cfg.nodes, cfg.servers)
+    record["engine_starter"] = engine.about
+    record["servers"] = engine.servers(cfg.nodes, cfg.servers)
     say = progress.forward if tell else progress.silent
     with outcome(record), network.up(cfg) as (cluster, link):
         record["link"] = link

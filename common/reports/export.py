@@ -9,7 +9,7 @@ import io
 import json
 import statistics
 
-from common.launch import networks, nodes
+from common.launch import engines, networks
 from common.reports import runs
 from common.results.record import COMPARE_KEYS, RECORD_KEYS
 
@@ -104,7 +104,7 @@ def rows(records: list[dict]) -> list[dict]:
                     # read under their names before too (older records)
                     "network": r.get("network") or (networks.of(r).name if r.get("launcher")
                                                     else None),
-                    "engine_starter": nodes.engine_starter(r),
+                    "engine_starter": engines.engine_starter(r),
                     **{k: how(r, t, row) for k, (_, how) in DERIVED.items()}})
     return out
 
