@@ -11,6 +11,7 @@ from rich.table import Table
 
 from common.experiments.device_experiments import EXPERIMENTS, MB
 from common.facts.registry import NAMES
+from common.reports.formats import ms
 from common.reports.runs import colour, load_lines, machine_lines, render_markdown, save_figure
 
 RECORD_GLOB = "*.devices.json"
@@ -31,8 +32,7 @@ def _bytes(n) -> str:
 
 
 def _ms(seconds) -> str:
-    ms = seconds * 1e3
-    return f"{ms:.3g}" if ms < 1000 else f"{ms:,.0f}"
+    return ms(seconds, ".3g" if seconds * 1e3 < 1000 else ",.0f")
 
 
 def cell(row: dict, key: str, fmt: str) -> str:

@@ -29,6 +29,7 @@ from common import models
 from common.core import perf
 from common.core.perf import RULE, Compute, PowerLaw
 from common.launch import netns
+from common.reports.formats import ms
 from common.reports.runs import colour, machine_lines, save_figure, step_sec
 from common.results.record import RecordError, load_records
 
@@ -162,7 +163,7 @@ rule_batch = perf.rule_batch      # from the fitted t1 and the measured t2
 
 
 def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{1e3 * x:.0f}" if abs(x) >= 0.1 else f"{1e3 * x:.1f}"
+    return ms(x, ".0f" if x is None or abs(x) >= 0.1 else ".1f")
 
 
 def _pct(x: float | None) -> str:

@@ -11,6 +11,7 @@ from rich import box
 from rich.table import Table
 
 from common.core.perf import BACKWARD_SHARE, LINKS
+from common.reports import formats
 from common.reports.runs import colour, machine_lines, render_markdown, save_figure
 
 
@@ -37,7 +38,7 @@ def summary(checks, t1_checks, t2_checks) -> str:
 
 
 def ms(v):
-    return f"{v * 1e3:.2f}"
+    return formats.ms(v, ".2f")
 
 
 def new_table(markdown: bool, title: str, columns: tuple, left: tuple) -> Table:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from common.experiments.scopes import D, H, TASK
 from common.facts import registry
+from common.reports.formats import ms
 from common.reports.runs import load_lines, machine_lines
 
 
 def _ms(seconds) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:,.0f}"
+    return ms(seconds, ",.0f")
 
 
 def _time(r: dict | None) -> str:

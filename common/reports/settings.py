@@ -6,6 +6,7 @@ from common import models
 from common.facts import settings
 from common.facts.machine import cpu_line
 from common.launch import networks
+from common.reports.formats import ms
 from common.results.record import model_of
 
 # issue 37's aims for a framework at its best: within 1.5x of the fastest framework's
@@ -101,10 +102,6 @@ def against_fastest(groups: list[dict]) -> list[str]:
     return out
 
 
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{1e3 * x:.0f}"
-
-
 def against_limits(groups: list[dict]) -> list[str]:
     """Groups across nodes: each engine's step at its defaults and at its best against
     max(t1, t2), and whether the best is within LINK_GOAL of it; [] where none ran."""
@@ -121,9 +118,9 @@ def against_limits(groups: list[dict]) -> list[str]:
         def x(step):
             return _cell(step / top if step and top else None, ".2f")
         out.append(f"| {g['framework']} | {g['model']} | {g['nodes']}, {g['link']} | "
-                   f"{_ms(lim['t1'])} | {_ms(lim['t2'])} | {_ms(lim['step_default'])} | "
+                   f"{ms(lim['t1'])} | {ms(lim['t2'])} | {ms(lim['step_default'])} | "
                    f"{x(lim['step_default'])} | {'+'.join(g['best']) or 'the defaults'} | "
-                   f"{_ms(lim['step_best'])} | {x(lim['step_best'])} | "
+                   f"{ms(lim['step_best'])} | {x(lim['step_best'])} | "
                    + ("-" if not (top and lim["step_best"]) else
                       "yes" if lim["step_best"] <= LINK_GOAL * top else "no") + " |")
     return out
