@@ -38,8 +38,8 @@ from common.results.record import (FAILED, REPEAT_KEYS, RecordError, mark_not_in
 
 from .cli import (LOCK_FILE, Parser, UsageError, claim_out, fraction, lock_holder, names,
                   non_negative, positive, positive_float, results_dir)
-from . import settings as tuned
-from .report import render
+from . import tuned
+from .rendering import render
 from .runner import Interrupts, run_config
 
 PLAN_FILE = "comparison.json"      # what a results folder was asked to hold (for --resume)

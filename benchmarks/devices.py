@@ -21,12 +21,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from common.experiments.device_experiments import EXPERIMENTS, new_record, record_filename
 from common.facts import registry
-from common.reports import device_experiments as device_report
 from common.facts.machine import env_info
 from common.results.record import write_atomic
 
-from .cli import (COMMAND_FILE, Parser, command_parser, finish, names, positive,
-                  run_command)
+from .cli import Parser, command_parser, finish, names, positive, run_command
+from .rendering import render_devices
 from .runner import Interrupts, run_worker, worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,25 +137,6 @@ def run_framework(framework: str, experiments: list[str], cfg: dict, out: Path, 
     return [records[n] for n in experiments if n in records], False
 
 
-def render(out: Path, command: str, console: Console, plots: bool = True,
-           records: list[dict] | None = None) -> list[dict]:
-    records = device_report.load_records(out) if records is None else records
-    (out / COMMAND_FILE).write_text(command + "\n")
-    (out / "report.md").write_text(device_report.markdown_report(records, command))
-    if plots:
-        device_report.plots(records, out)
-    console.print(device_report.summary_table(records))
-    for fw, size, gflops, frac in device_report.matmul_vs_numpy(records):
-        console.print(f"{fw}: {gflops:.0f} GFLOP/s at n={size} on the CPU, "
-                      f"{100 * frac:.0f}% of NumPy's BLAS", highlight=False)
-    for r in records:
-        if r["status"] == "failed":
-            console.print(f"{r['framework']} {r['experiment']}: failed: "
-                          f"{(r.get('error') or '').splitlines()[0][:300]}", highlight=False)
-    console.print(f"results: {out} (report.md: one table per experiment)")
-    return records
-
-
 def main(argv=None) -> int:
     return run_command("devices", build_parser(), argv, resolve,
                        "devices-",
@@ -193,7 +173,8 @@ def _measure(args, argv, frameworks, experiments, kinds, out: Path) -> int:
                 break
 
     return finish("benchmarks.devices", argv, out, records,
-                  lambda command: render(out, command, shown, plots=not args.no_plots, records=records),
+                  lambda command: render_devices(out, command, shown, plots=not args.no_plots,
+                                                 records=records),
                   args.json, interrupted, stop, err)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from .cli import recorded_command
-from .devices import render
+from .rendering import render_devices
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
         print(f"devices_report: error: no records (*.devices.json) in {out}; "
               "give a benchmarks.devices results folder", file=sys.stderr)
         return 2
-    render(out, recorded_command(out), Console(), plots=not args.no_plots)
+    render_devices(out, recorded_command(out), Console(), plots=not args.no_plots)
     return 0
 
 

@@ -26,7 +26,7 @@ from common.reports import profile as report
 from common.results.record import write_atomic
 
 from .cli import UsageError, command_parser, names, positive, recorded_command, run_command
-from . import settings as tuned
+from . import tuned
 from .runner import Interrupts, run_config
 
 TIMEOUT = 1800.0                   # one row's worker (ResNet-18's Paddle: minutes)

@@ -16,41 +16,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from common.reports import export, history, runs as report, settings as settings_report, utilisation
+from common.reports import export, history, runs as report
 from common.results.record import RecordError, load_records, read_record
 
-from .cli import COMMAND_FILE, Parser, UsageError, positive, positive_float, recorded_command
-
-
-def render(out: Path, command: str, console: Console, plots: bool = True,
-           records: list[dict] | None = None) -> list[dict]:
-    """Write report.md (and plots) for `records`, by default every record in `out`."""
-    records = load_records(out) if records is None else records
-    rows = report.summarize(records)
-    (out / COMMAND_FILE).write_text(command + "\n")
-    (out / "report.md").write_text(report.markdown_report(rows, records, command))
-    if plots:
-        report.plots(records, out)
-    model_names = ", ".join(dict.fromkeys(r["model"] for r in rows))
-    console.print(report.table(rows, title=f"{model_names}: data-parallel training"))
-    for line in report.notes(rows):
-        console.print(line, highlight=False, markup=False)
-    for line in report.definitions(rows, records):
-        console.print(line, highlight=False, markup=False, style="dim")
-    util_rows = utilisation.rows(rows, records)
-    if util_rows:
-        console.print(utilisation.table(util_rows))
-        for line in utilisation.definitions(util_rows):
-            console.print(line, highlight=False, markup=False, style="dim")
-    pipeline = report.pipeline_table(rows)
-    if pipeline is not None:
-        console.print(pipeline)
-        for line in report.pipeline_definitions(rows):
-            console.print(line, highlight=False, markup=False, style="dim")
-    for line in settings_report.best_known_lines(records):
-        console.print(line, highlight=False, markup=False)
-    console.print(f"results: {out}", highlight=False, markup=False)
-    return records
+from .cli import Parser, UsageError, positive, positive_float, recorded_command
+from .rendering import render
 
 
 def main(argv=None) -> int:

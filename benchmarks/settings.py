@@ -32,12 +32,12 @@ from common.results.record import write_atomic
 
 from .cli import (UsageError, command_parser, names, positive, positive_float, recorded_command,
                   run_command)
-from .links import can_emulate, probe
+from .probe import can_emulate, probe
+from .tuned import DECISIONS, asked
 from .runner import Interrupts, run_config
 
 TIMEOUT = 3600.0
 LINK = "10mbit"          # --nodes' default link: issue 37's, where t2 outgrows t1
-DECISIONS = "settings.json"
 T1 = "t1"                # a group across nodes: one node's compute, its records' label
 TOGETHER = "together"
 
@@ -73,83 +73,6 @@ def build_parser():
                    help="write docs/results/settings/<machine kind>.json from these runs' "
                         "decisions (one machine kind): each row's fastest best; runs nothing")
     return p
-
-
-def asked(text: str, frameworks: list[str]) -> dict[str, list[str]] | None:
-    """--settings as {framework: names}; None for all. Unknown names are bad input."""
-    if text == "all":
-        return None
-    out: dict[str, list[str]] = {}
-    for part in text.split(","):
-        fw, sep, rest = part.partition(":")
-        if not sep or not rest or fw not in frameworks:
-            raise UsageError(f"--settings {part!r}: give FRAMEWORK:NAME+NAME with a framework "
-                             f"of --framework ({', '.join(frameworks)}), or all")
-        if fw in out:      # the second would silently replace the first
-            raise UsageError(f"--settings names {fw} twice: give its settings once, joined by "
-                             f"+ ({fw}:{'+'.join(out[fw])}+{rest})")
-        try:
-            out[fw] = [s.name for s in settings.get(fw, rest.split("+"))]
-        except settings.UnknownSetting as e:
-            raise UsageError(str(e)) from None
-    return out
-
-
-OPTION_HELP = ("none (each framework's defaults), best (the settings benchmarks.settings kept on "
-               "this machine kind: docs/results/settings/), or FRAMEWORK:NAME+NAME,... "
-               "(common/facts/settings.py); a tuned row is labelled so everywhere")
-
-
-def resolve(text: str, frameworks: list[str], modes: list[str], model: str,
-            nodes: int = 1, network: str | None = None, link: str | None = None) -> dict:
-    """compare --settings as Plan.settings ({"FRAMEWORK" or "FRAMEWORK/MODEL/MODE":
-    names}); a setting unknown, or one this machine (or a run on `nodes` nodes) cannot
-    apply, is bad input. `best` takes the rows measured on this machine kind in the run's
-    own configuration (one node, or the nodes, network and link rate), and is bad input
-    where none were: nothing is applied from another kind or configuration."""
-    if text == "none":
-        return {}
-    if text == "best":
-        kind, known = settings.machine_kind(), settings.best_known()
-        if known is None:
-            raise UsageError(f"--settings best: no settings measured on this machine kind ({kind}; "
-                             f"measured: {', '.join(settings.measured_kinds()) or 'none'}); run "
-                             f"python -m benchmarks.settings here and commit its {DECISIONS} as "
-                             f"docs/results/settings/{kind}.json (--best-file)")
-        where = settings.configuration(nodes, network, link)
-        mine = [g for g in known["groups"] if g["framework"] in frameworks and g["model"] == model
-                and g["mode"] in modes]
-        ours = [g for g in mine if settings.group_configuration(g) == where]
-        if not ours:
-            there = dict.fromkeys(settings.describe(settings.group_configuration(g)) for g in mine)
-            raise UsageError(f"--settings best: none measured on this machine kind ({kind}) for "
-                             f"these rows in this configuration ({settings.describe(where)}); "
-                             f"measured: {', '.join(there) or 'none of these rows'}")
-        chosen = {f"{g['framework']}/{g['model']}/{g['mode']}": g["best"] for g in ours if g["best"]}
-    else:
-        chosen = asked(text, frameworks)
-    device_kind = "gpu" if machine.gpu_count() else "cpu"
-    for key, names_ in chosen.items():
-        framework = key.split("/")[0]
-        for s in settings.get(framework, names_):
-            why = settings.why_not(s, device_kind, nodes=nodes)
-            if why:
-                raise UsageError(f"--settings: {framework}'s {s.name} cannot apply here: {why}")
-        try:
-            settings.env_of(settings.get(framework, names_))
-        except settings.UnknownSetting as e:
-            raise UsageError(f"--settings: {framework}: {e}") from None
-    return chosen
-
-
-def applied(framework: str, mode: str, execution: str | None, names_: list[str]) -> dict:
-    """A row's RunConfig fields for its settings: the execution a setting names (else the
-    row's own) and the settings."""
-    if not names_:
-        return {"execution": execution, "settings": []}
-    default = execution or registry.default_execution(framework, mode)
-    return {"execution": settings.execution_of(settings.get(framework, names_), default),
-            "settings": list(names_)}
 
 
 def arms(framework: str, mode: str, wanted: list[str] | None, device_kind: str,

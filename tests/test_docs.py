@@ -39,7 +39,7 @@ README_MAX_BYTES = 10_000
 MAKEFILE = ROOT / "Makefile"
 BENCHMARKS = ROOT / "benchmarks"
 # modules under benchmarks/ that users do not run: the commands start them
-INTERNAL = {"__init__", "cli", "runner"}
+INTERNAL = {"__init__", "cli", "runner", "tuned", "probe", "rendering"}
 FRAMEWORK_IMPORTS = ("torch", "tensorflow", "mxnet", "paddle", "keras", "jax")
 
 TEMPLATE = re.compile(r"^\s*<!--\s*docs-test:\s*template\s*\((?P<reason>.+)\)\s*-->\s*$")

@@ -1,6 +1,6 @@
 """The architecture is checked, not only written down: import-linter's contracts in
 pyproject.toml (common/ in layers, common importing no framework package or entry
-point, framework packages independent) hold for the tree, and fail when an upward
+point, framework packages independent, commands independent) hold for the tree, and fail when an upward
 import is planted."""
 from __future__ import annotations
 
@@ -36,7 +36,10 @@ def test_the_layers_hold():
     ("common/core/modes.py", "from common.launch import run"),
     # common importing a framework package (frameworks load on demand, by name)
     ("common/results/record.py", "import frameworks.pytorch"),
-], ids=["facts->core", "core->launch", "common->frameworks"])
+    # a command importing another (compare took --settings' parsing from the settings
+    # command, and profile too: issue 50)
+    ("benchmarks/compare.py", "from benchmarks import settings"),
+], ids=["facts->core", "core->launch", "common->frameworks", "command->command"])
 def test_a_planted_upward_import_breaks_a_contract(tmp_path, module, planted):
     for part in ("common", "frameworks", "benchmarks"):
         shutil.copytree(ROOT / part, tmp_path / part,

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import links
+from benchmarks import links, probe
 from common.core import perf
 from common.reports import links as links_page
 from common import models
@@ -58,7 +58,7 @@ def test_the_probe_all_reduces_across_the_link(tmp_path):
     it cannot reach the other node and the probe says why instead of a time."""
     nbytes = 1_000_000
     # into a model's folder that no compute run made (--runs nodes)
-    links.probe(tmp_path / "resnet18" / "p.json", 2, netns.UNSHAPED, nbytes)
+    probe.probe(tmp_path / "resnet18" / "p.json", 2, netns.UNSHAPED, nbytes)
     got = json.loads((tmp_path / "resnet18" / "p.json").read_text())
     assert "error" not in got, got.get("error")
     sent = links_page.probe_sent(got)
@@ -66,12 +66,12 @@ def test_the_probe_all_reduces_across_the_link(tmp_path):
     assert links_page.probe_sec(got) > 0
 
     planted = tmp_path / "planted.json"
-    old = links.PROBE_IFNAME
+    old = probe.PROBE_IFNAME
     try:
-        links.PROBE_IFNAME = "lo"
-        links.probe(planted, 2, netns.UNSHAPED, nbytes, timeout=8)
+        probe.PROBE_IFNAME = "lo"
+        probe.probe(planted, 2, netns.UNSHAPED, nbytes, timeout=8)
     finally:
-        links.PROBE_IFNAME = old
+        probe.PROBE_IFNAME = old
     assert "error" in json.loads(planted.read_text())
 
 

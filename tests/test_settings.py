@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import runner, settings as command
+from benchmarks import runner, settings as command, tuned
 from common.facts import registry, settings
 from tests.conftest import run_python, usage_error
 
@@ -483,16 +483,16 @@ def test_compare_settings_best_needs_this_machine_kinds_decisions(tmp_path, monk
     (tmp_path / "another-kind.json").write_text("{}")
     with pytest.raises(UsageError, match=f"no settings measured on this machine kind "
                        f"\\({settings.machine_kind()}; measured: another-kind\\)") as e:
-        command.resolve("best", ["jax"], ["native"], "lenet")
+        tuned.resolve("best", ["jax"], ["native"], "lenet")
     assert "\n" not in str(e.value)
     (tmp_path / f"{settings.machine_kind()}.json").write_text(json.dumps({"groups": [
         {"framework": "jax", "model": "lenet", "mode": "native", "best": ["ynn-fusion-off"]},
         {"framework": "jax", "model": "resnet18", "mode": "native", "best": ["ynn-fusion-off"]}]}))
-    got = command.resolve("best", ["jax"], ["native", "scratch"], "lenet")
+    got = tuned.resolve("best", ["jax"], ["native", "scratch"], "lenet")
     assert got == {"jax/lenet/native": ["ynn-fusion-off"]}
     with pytest.raises(UsageError, match="in this configuration \\(2 nodes on slurm\\); "
                                          "measured: one node$"):
-        command.resolve("best", ["jax"], ["native"], "lenet", nodes=2, network="slurm")
+        tuned.resolve("best", ["jax"], ["native"], "lenet", nodes=2, network="slurm")
 
 
 def test_across_nodes_each_step_is_set_against_max_t1_t2(tmp_path):
@@ -543,9 +543,9 @@ def test_rows_across_nodes_are_kept_apart_from_one_devices(tmp_path, monkeypatch
     assert [g["best"] for g in best["groups"]] == [["compiled"], ["ddp-small-buckets"]]
     monkeypatch.setattr(settings, "BEST_DIR", tmp_path)
     (tmp_path / f"{settings.machine_kind()}.json").write_text(json.dumps(best))
-    assert command.resolve("best", ["pytorch"], ["native"], "lenet") == {
+    assert tuned.resolve("best", ["pytorch"], ["native"], "lenet") == {
         "pytorch/lenet/native": ["compiled"]}
-    assert command.resolve("best", ["pytorch"], ["native"], "lenet", nodes=2, network="netns",
+    assert tuned.resolve("best", ["pytorch"], ["native"], "lenet", nodes=2, network="netns",
                            link="10mbit") == {"pytorch/lenet/native": ["ddp-small-buckets"]}
 
 
