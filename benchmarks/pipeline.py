@@ -38,7 +38,7 @@ from common.core.pipeline import SCHEDULES, PipelineTrainer
 from common.core.plan import RunConfig
 from common.facts.machine import cpu_line, env_info
 from common.launch import launcher
-from common.reports.runs import schedule_plots
+from common.reports.plots import schedule_plots
 from common.results.record import schedule_of
 
 from .cli import Parser, UsageError, int_list, names, results_dir

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from common.reports import device_experiments as device_report
 from common.reports import runs as report, settings as settings_report, utilisation
+from common.reports.plots import plots as draw_plots
 from common.results.record import load_records
 
 from .cli import COMMAND_FILE
@@ -22,7 +23,7 @@ def render(out: Path, command: str, console: Console, plots: bool = True,
     (out / COMMAND_FILE).write_text(command + "\n")
     (out / "report.md").write_text(report.markdown_report(rows, records, command))
     if plots:
-        report.plots(records, out)
+        draw_plots(records, out)
     model_names = ", ".join(dict.fromkeys(r["model"] for r in rows))
     console.print(report.table(rows, title=f"{model_names}: data-parallel training"))
     for line in report.notes(rows):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from common.reports import export, history, runs as report
+from common.reports import comparison, export, history, runs as report
 from common.results.record import RecordError, load_records, read_record
 
 from .cli import Parser, UsageError, positive, positive_float, recorded_command
@@ -36,7 +36,7 @@ def build_parser() -> Parser:
     p.add_argument("folder", nargs="?", help="a compare results folder")
     p.add_argument("new_folder", nargs="?", help="a second results folder to compare with the first")
     p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--noise", type=positive_float, default=report.DEFAULT_NOISE,
+    p.add_argument("--noise", type=positive_float, default=comparison.DEFAULT_NOISE,
                    help="the band: the smallest relative change of sec/epoch called slower or "
                         "faster, however certain a smaller one")
     p.add_argument("--fail-on-slower", action="store_true",
@@ -142,18 +142,18 @@ def _console() -> Console:
 
 
 def _compare_two(before: Path, after: Path, args) -> int:
-    rows = report.compare_folders(load_records(before), load_records(after), args.noise)
+    rows = comparison.compare_folders(load_records(before), load_records(after), args.noise)
     (after / "comparison.md").write_text(
-        f"# {after} against {before}\n\n" + report.render_markdown(report.comparison_table(rows, True)) + "\n\n"
-        + "".join(line + "\n\n" for line in report.comparison_notes(rows, args.noise)))
+        f"# {after} against {before}\n\n" + report.render_markdown(comparison.comparison_table(rows, True)) + "\n\n"
+        + "".join(line + "\n\n" for line in comparison.comparison_notes(rows, args.noise)))
     return _verdicts(rows, args, _console())
 
 
 def _verdicts(rows: list[dict], args, console: Console) -> int:
     """Print the comparison and its notes; the exit code: 1 when --fail-on-slower and a
     row is slower (rows with too few repeats for a verdict are named, not counted)."""
-    console.print(report.comparison_table(rows))
-    for line in report.comparison_notes(rows, args.noise):
+    console.print(comparison.comparison_table(rows))
+    for line in comparison.comparison_notes(rows, args.noise):
         console.print(line, highlight=False, markup=False)
     slower = [r for r in rows if r["verdict"] == "slower"]
     return 1 if (slower and args.fail_on_slower) else 0

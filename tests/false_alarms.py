@@ -22,7 +22,7 @@ from pathlib import Path
 from common.facts.machine import cpu_line
 import numpy as np
 
-from common.reports import runs, verdict
+from common.reports import comparison, runs, verdict
 from common.results.record import load_records
 
 # short runs (about a minute each on 2 cores): two rows a folder, 3 repeats each
@@ -50,7 +50,7 @@ def old_rule(before, after, band: float):
                      "within noise")
 
 
-def simulated(rule, n: int, ratio: float = 1.0, band: float = runs.DEFAULT_NOISE,
+def simulated(rule, n: int, ratio: float = 1.0, band: float = comparison.DEFAULT_NOISE,
               sd: float = 0.1, draws: int = 2000) -> float:
     """How often `rule` says slower on `draws` pairs of n repeats a side drawn from
     log-normal distributions (sd of the logs `sd`: 10 %, as on these shared machines),
@@ -87,12 +87,12 @@ def count(folders: list[Path], pairs) -> tuple[Counter, Counter, int]:
     new, old, n = Counter(), Counter(), 0
     for a, b in pairs:
         n += 1
-        for row in runs.compare_folders(records[a], records[b]):
+        for row in comparison.compare_folders(records[a], records[b]):
             new[row["verdict"]] += 1
-        times = {runs._key(r): runs.timing(r)["runs"] for r in records[a] if r["status"] == "ok"}
+        times = {comparison._key(r): runs.timing(r)["runs"] for r in records[a] if r["status"] == "ok"}
         for r in records[b]:
-            if r["status"] == "ok" and runs._key(r) in times:
-                said = old_rule(times[runs._key(r)], runs.timing(r)["runs"], runs.DEFAULT_NOISE)
+            if r["status"] == "ok" and comparison._key(r) in times:
+                said = old_rule(times[comparison._key(r)], runs.timing(r)["runs"], comparison.DEFAULT_NOISE)
                 old[str(said)] += 1
     return new, old, n
 

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks import compare
 from common.facts import registry
-from common.reports import runs as report
+from common.reports import comparison, plots, runs as report
 from common.core.plan import RunConfig
 from common.results.record import COMPARE_KEYS, new_record, record_filename, write_atomic
 from tests.conftest import covered, run_python, usage_error
@@ -200,10 +200,10 @@ def test_repeat_median_spread_and_noisy():
 def test_comparing_folders_weighs_the_repeats():
     before = [fake_record(secs=(1.0, 1.6, 1.3))]          # noisy: 46 % spread
     after = [fake_record(secs=(1.5, 1.55, 1.45))]         # 1.17x, beyond the 15 % band
-    (row,) = report.compare_folders(before, after)
+    (row,) = comparison.compare_folders(before, after)
     assert row["verdict"] == "too few repeats" and row["says"].endswith("a side would decide")
     quiet = [fake_record(secs=(1.0, 1.01, 0.99))]
-    assert report.compare_folders(quiet, after)[0]["verdict"] == "slower"
+    assert comparison.compare_folders(quiet, after)[0]["verdict"] == "slower"
 
 
 def test_repeat_2_gives_two_figures_per_row(tmp_path):
@@ -293,13 +293,13 @@ def test_cpu_report_says_devices_share_the_cores():
 def test_plots_learning_curves_scaling_and_colours(tmp_path):
     records = [fake_record(f, "scratch", n, epochs=3, secs=(1.0 * n,))
                for f in ("pytorch", "mxnet") for n in (1, 2)]
-    names = {p.name for p in report.plots(records, tmp_path)}
+    names = {p.name for p in plots.plots(records, tmp_path)}
     assert {"throughput.png", "step_losses.png", "learning_curves.png", "scaling.png"} <= names
     one = tmp_path / "one"
     one.mkdir()
-    names = {p.name for p in report.plots([fake_record(epochs=1)], one)}
+    names = {p.name for p in plots.plots([fake_record(epochs=1)], one)}
     assert "learning_curves.png" not in names and "scaling.png" not in names
-    assert len({report.colour(f) for f in registry.NAMES}) == len(registry.NAMES)
+    assert len({plots.colour(f) for f in registry.NAMES}) == len(registry.NAMES)
 
 
 def _overlap(a, b) -> bool:
@@ -324,7 +324,7 @@ def test_plots_stay_readable_with_twice_the_default_runs():
     records = [fake_record(f, m, n, epochs=2, secs=(1.0 / n, 1.2 / n),
                            settings=["omp-affinity", "tcmalloc"] if n > 1 else [])
                for n in (1, 2) for f, m in default]
-    figs = report.figures(records)
+    figs = plots.figures(records)
     assert set(figs) == {"throughput.png", "step_losses.png", "learning_curves.png", "scaling.png"}
     for name, fig in figs.items():
         fig.canvas.draw()
@@ -343,4 +343,4 @@ def test_plots_stay_readable_with_twice_the_default_runs():
         plt.close(fig)
     # one bar a run, its whole label beside it
     rows = [t.get_text() for t in figs["throughput.png"].axes[0].get_yticklabels()]
-    assert sorted(rows) == sorted(report._label(r) for r in records)
+    assert sorted(rows) == sorted(report.row_label(r) for r in records)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from common import models
-from common.reports import runs as report
+from common.reports import comparison, plots, runs as report
 from common.core.contract import NotApplicable
 from common.core.modes import MODES
 from common.core import pipeline
@@ -156,7 +156,7 @@ def test_each_schedule_is_a_row_of_its_own_named_in_the_table():
     # each schedule against its own (one repeat a side: too few for a verdict, so the
     # ratios tell the pairing: 4.0 / 4.0 and 10.0 / 5.0)
     assert [(r["mode"], round(r["ratio"], 9), r["verdict"])
-            for r in report.compare_folders([gpipe, onef], after)] == [
+            for r in comparison.compare_folders([gpipe, onef], after)] == [
         ("model gpipe eager", 1.0, "too few repeats"), ("model 1f1b eager", 2.0, "too few repeats")]
 
 
@@ -621,9 +621,9 @@ def test_report_draws_the_schedule_from_the_spans(tmp_path):
     section = text[text.index("## Model mode (pipeline)"):]
     assert re.search(r"\|\s+1f1b\s+\|", section) and "2/1 (2/1)" in section and "4/4 (4/4)" in section
     assert "calc." in section
-    written = report.plots(records, tmp_path)
+    written = plots.plots(records, tmp_path)
     assert tmp_path / "schedule-lenet-pytorch-2stages.png" in written
     assert (tmp_path / "schedule-lenet-pytorch-2stages.png").stat().st_size > 10_000
-    assert report.step_bubble(records[0]["pipeline_spans"]) == pytest.approx(
+    assert plots.step_bubble(records[0]["pipeline_spans"]) == pytest.approx(
         1 - sum(x[5] - x[4] for x in records[0]["pipeline_spans"]["spans"] if x[2] != "handover")
         / (2 * records[0]["pipeline_spans"]["wall"]))

@@ -12,7 +12,8 @@ from rich.table import Table
 from common.experiments.device_experiments import EXPERIMENTS, MB
 from common.facts.registry import NAMES
 from common.reports.formats import ms
-from common.reports.runs import colour, load_lines, machine_lines, render_markdown, save_figure
+from common.reports.plots import colour, save_figure
+from common.reports.runs import load_lines, machine_lines, render_markdown
 
 RECORD_GLOB = "*.devices.json"
 

@@ -11,7 +11,7 @@ import os
 import statistics
 from pathlib import Path
 
-from common.reports import export, runs
+from common.reports import comparison, export, plots, runs
 from common.results.record import schedule_of
 
 SCHEMA = 1
@@ -115,11 +115,11 @@ def repeats(entry: dict) -> list[float]:
 
 
 def against(records: list[dict], history: list[dict], last: int = 1,
-            noise: float = runs.DEFAULT_NOISE) -> tuple[list[dict], list[dict]]:
+            noise: float = comparison.DEFAULT_NOISE) -> tuple[list[dict], list[dict]]:
     """The gate: each successful run of a folder against the same measurement in the
     history (SAME), excluding the folder's own runs. Before: the repeats of the last
     `last` of those runs together; after: the run's repeats; the verdict is the two-folder
-    comparison's (common.reports.runs.comparison_row). Returns (the rows in the shape of
+    comparison's (common.reports.comparison.comparison_row). Returns (the rows in the shape of
     compare_folders, the folder's rows that have no baseline)."""
     mine = {run_id(r) for r in records}
     past: dict[tuple, list[dict]] = {}
@@ -136,7 +136,7 @@ def against(records: list[dict], history: list[dict], last: int = 1,
             missing.append(row)
             continue
         commits = list(dict.fromkeys(str(e.get("commit")) for e in base))
-        rows.append({**runs.comparison_row(row, [x for e in base for x in repeats(e)],
+        rows.append({**comparison.comparison_row(row, [x for e in base for x in repeats(e)],
                                            runs.timing(r)["runs"], noise),
                      "baseline": f"{len(base)} run(s): " + ", ".join(commits)})
     return rows, missing
@@ -171,7 +171,7 @@ def plot(history: list[dict], out: Path, frameworks: list[str] | None = None,
     style = {}                     # the report's: a colour per framework, a dash per mode
     for e in entries:
         name = label(e["row"])
-        style.setdefault(name, runs._style(e["row"]))
+        style.setdefault(name, plots.style(e["row"]))
         points = series.setdefault(name, {}).setdefault(x_of(e), {"sec": [], "acc": []})
         points["sec"].append(e["row"].get("sec_per_epoch_median"))
         points["acc"].append(e["row"].get("test_accuracy"))
@@ -189,4 +189,4 @@ def plot(history: list[dict], out: Path, frameworks: list[str] | None = None,
     bottom.set_ylabel("test accuracy")
     bottom.set_xticks(range(len(xs)), xs, rotation=45, ha="right", fontsize=7)
     bottom.set_xlabel("commit" if by == "commit" else "framework version")
-    return runs.save_figure(plt, fig, out)
+    return plots.save_figure(plt, fig, out)

@@ -30,7 +30,8 @@ from common.core import perf
 from common.core.perf import RULE, Compute, PowerLaw
 from common.launch import netns
 from common.reports.formats import ms
-from common.reports.runs import colour, machine_lines, save_figure, step_sec
+from common.reports.plots import colour, save_figure
+from common.reports.runs import machine_lines, step_sec
 from common.results.record import RecordError, load_records
 
 

@@ -12,7 +12,8 @@ from rich.table import Table
 
 from common.core.perf import BACKWARD_SHARE, LINKS
 from common.reports import formats
-from common.reports.runs import colour, machine_lines, render_markdown, save_figure
+from common.reports.plots import colour, save_figure
+from common.reports.runs import machine_lines, render_markdown
 
 
 def size_text(n: float) -> str:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from common import models
 from common.models import costs
-from common.reports.runs import colour, machine_lines
+from common.reports.plots import colour
+from common.reports.runs import machine_lines
 from common.results.profile import CLASSES, OUTSIDE, UNMAPPED
 
 SHOWN = (*CLASSES, UNMAPPED, OUTSIDE)
