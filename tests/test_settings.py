@@ -130,6 +130,7 @@ def test_unknown_settings_are_named_with_the_frameworks_own():
 def test_a_runs_settings_environment_reaches_its_worker_from_the_start(monkeypatch, tmp_path):
     """LD_PRELOAD acts only from a process's start: the runner starts the worker with the
     settings' environment (planted: the worker alone setting it would come too late)."""
+    monkeypatch.delenv("XLA_FLAGS", raising=False)      # a kernel path's cap, where one runs
     seen = {}
 
     def fake(args, log, timeout, on_line, env, cwd, stop, python):

@@ -422,8 +422,8 @@ def definitions(rows: list[dict], records: list[dict]) -> list[str]:
         "the framework's mechanism; without --execution, what each mode runs by default. "
         "compile s: what tracing and compiling cost, paid once: the first warm-up step's time "
         "over the last one's (not in sec/epoch).",
-        "speed-up: this row's samples/s over the same framework, mode and execution's 1-device "
-        "row's (with a fixed global batch, the 1-device sec/epoch over this row's; under weak "
+        "speed-up: this row's samples/s over the same framework, mode, execution and settings' "
+        "1-device row's (with a fixed global batch, the 1-device sec/epoch over this row's; under weak "
         "scaling, --batch-per-device, the throughput gained as the batch grows with the "
         "devices). efficiency: speed-up over the ideal the hardware allows: k on k GPUs, 1 on "
         "a CPU.",
