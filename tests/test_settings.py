@@ -447,7 +447,9 @@ def test_the_report_shows_the_best_known_settings_of_its_machine_kind(tmp_path, 
     assert "| jax | lenet | native | ynn-fusion-off | 10.15 | 7.15 |" in lines
     assert sum(line.startswith("| jax") for line in lines) == 1
     assert not any("for: " in line for line in lines)
-    lines = page.best_known_lines([row, {**row, "framework": "pytorch"}])
+    lines = page.best_known_lines([row, {**row, "framework": "pytorch"},
+                                   {**row, "framework": "keras-jax", "mode": "scratch",
+                                    "status": "not-applicable"}])
     assert "| jax | lenet | native | ynn-fusion-off | 10.15 | 7.15 |" in lines
     assert f"No settings measured on this machine kind for: pytorch native (one node)." in lines
     other = page.best_known_lines([{**row, "env": {**env, "cpu_count": 4}}])

@@ -132,6 +132,9 @@ def sources(groups: list[dict]) -> list[str]:
             for f in seen for s in settings.SETTINGS.get(f, ())]
 
 
+NEVER_RAN = ("not-applicable", "not-installed")
+
+
 def row_configuration(r: dict) -> tuple:
     """A compare record's configuration (settings.configuration): its nodes, network and
     link rate."""
@@ -156,7 +159,9 @@ def best_known_lines(records: list[dict]) -> list[str]:
               for g in known["groups"]}
     lines, unmeasured = [], []
     for r in records:
-        if r.get("settings") or r["devices"] != 1:
+        # a tuned row, one on several devices, and one that never ran (Keras has no
+        # scratch mode; a framework not installed) have nothing to be set beside
+        if r.get("settings") or r["devices"] != 1 or r.get("status") in NEVER_RAN:
             continue
         where = row_configuration(r)
         g = groups.get((r["framework"], model_of(r), r["mode"], where))
