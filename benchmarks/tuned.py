@@ -47,7 +47,8 @@ def resolve(text: str, frameworks: list[str], modes: list[str], model: str,
     if text == "none":
         return {}
     if text == "best":
-        kind, known = settings.machine_kind(), settings.best_known()
+        kind = settings.machine_kind()
+        known = settings.best_known(kind)
         if known is None:
             raise UsageError(f"--settings best: no settings measured on this machine kind ({kind}; "
                              f"measured: {', '.join(settings.measured_kinds()) or 'none'}); run "

@@ -308,7 +308,7 @@ def describe(config: tuple) -> str:
     return "one node" if nodes == 1 else f"{nodes} nodes on {network}" + (f" at {link}" if link else "")
 
 
-def best_known(env: dict | None = None) -> dict | None:
-    """The decisions kept for this machine's kind (or a record env's), or None."""
-    path = BEST_DIR / f"{machine_kind(env)}.json"
+def best_known(kind: str) -> dict | None:
+    """The decisions kept for a machine kind (machine_kind()), or None."""
+    path = BEST_DIR / f"{kind}.json"
     return json.loads(path.read_text()) if path.is_file() else None

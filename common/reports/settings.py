@@ -150,8 +150,8 @@ def best_known_lines(records: list[dict]) -> list[str]:
     env = next((r["env"] for r in records if r.get("env")), None)
     if not env:
         return []
-    known = settings.best_known(env)
     kind = settings.machine_kind(env)
+    known = settings.best_known(kind)
     if not known:
         return [f"Best known settings: none measured on this machine kind (`{kind}`; measured: "
                 f"{', '.join(settings.measured_kinds()) or 'none'}).", ""]
