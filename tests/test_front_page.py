@@ -5,6 +5,8 @@ cannot drift from the page it cites."""
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGE = ROOT / "docs" / "results" / "cpu-2core-default.md"
@@ -78,6 +80,7 @@ def test_a_figure_typed_by_hand_fails_the_check():
 
 
 LAYOUT = ROOT / "docs" / "layout.md"
+KERAS_BACKENDS = ROOT / "frameworks" / "keras" / "backends"
 
 
 def layout_gaps(layout: str) -> list[str]:
@@ -104,6 +107,9 @@ def layout_gaps(layout: str) -> list[str]:
     gaps += [f"frameworks/<name>/{f}" for f in frameworks.FILES if f"`{f}`" not in fw]
     if f"the same {len(frameworks.FILES)} files each" not in fw:
         gaps.append(f"the frameworks heading's count (the packages have {len(frameworks.FILES)} files)")
+    keras = _section(layout, "Keras has no scratch loop", "## `benchmarks/`")
+    gaps += [f"frameworks/keras/backends/{p.name}" for p in sorted(KERAS_BACKENDS.glob("*.py"))
+             if f"`{p.name}`" not in keras]
     return gaps
 
 
@@ -115,3 +121,48 @@ def test_a_module_left_out_of_the_layout_fails_it():
     text = LAYOUT.read_text()
     assert "common/results/trace.py" in layout_gaps(text.replace("`trace.py`", "`trace`"))
     assert "benchmarks/links.py" in layout_gaps(text.replace("`links`", "links"))
+
+
+def how_to_add_gaps(readme: str) -> list[str]:
+    """What README's "How to add" gets wrong about the tree: a package of common/ it does
+    not name, a framework package file it leaves out or miscounts, the Keras backends'
+    folder, a registry it sends a reader to that has no such table, a path that is not
+    there."""
+    import frameworks
+    section = _section(readme, "## How to add", "## More")
+    gaps = [f"common/{p.name}/" for p in sorted((ROOT / "common").iterdir())
+            if (p / "__init__.py").exists() and f"`common/{p.name}/`" not in section]
+    gaps += [f"frameworks/<name>/{f}" for f in frameworks.FILES if f"`{f}`" not in section]
+    gaps += [f"the count of framework files ({len(frameworks.FILES)})"
+             for said in re.findall(r"the (?:same )?(\d+) files", section)
+             if int(said) != len(frameworks.FILES)]
+    if "`frameworks/keras/backends/`" not in section:
+        gaps.append("frameworks/keras/backends/")
+    for table, module in re.findall(r"row in `(\w+)` \(`([\w/]+\.py)`\)", section):
+        if not re.search(rf"^{table}\b.*=", (ROOT / module).read_text(), re.M):
+            gaps.append(f"{table} in {module}")
+    gaps += [path for path in re.findall(r"`((?:common|frameworks)/[\w/]+(?:\.py|/))`", section)
+             if not (ROOT / path).exists()]
+    return gaps
+
+
+def test_readme_s_how_to_add_names_the_tree_as_it_is():
+    assert how_to_add_gaps(README.read_text()) == []
+
+
+@pytest.mark.parametrize("old, new, gap", [
+    ("the same 9 files", "the same 8 files", "the count of framework files"),
+    ("`scopes.py`, `profile.py`", "`scopes.py`", "frameworks/<name>/profile.py"),
+    ("`frameworks/keras/backends/`", "its backends", "frameworks/keras/backends/"),
+    ("`common/launch/`", "`common/launching/`", "common/launch/"),
+    ("row in `ENGINES`", "row in `STARTERS`", "STARTERS in common/launch/engines.py"),
+], ids=["count", "file", "keras", "package", "registry"])
+def test_a_wrong_how_to_add_fails_its_check(old, new, gap):
+    text = README.read_text()
+    assert old in text, old
+    assert any(g.startswith(gap) for g in how_to_add_gaps(text.replace(old, new))), gap
+
+
+def test_a_keras_backend_left_out_of_the_layout_fails_it():
+    text = LAYOUT.read_text()
+    assert "frameworks/keras/backends/jax.py" in layout_gaps(text.replace("`jax.py`", "jax"))

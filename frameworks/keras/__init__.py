@@ -4,7 +4,8 @@ of common.facts.registry, one package, whose facts entries set KERAS_BACKEND bef
 Keras loads."""
 from common.core.contract import Backend
 
-from .devices import BACKEND as KERAS_BACKEND, Devices
+from .backends import FRAMEWORK
+from .devices import Devices
 from .models import Models
 from .native import Native
 from .pipeline import Pipeline
@@ -13,7 +14,7 @@ from .scratch import Scratch
 
 
 class KerasBackend(Devices, Models, Scratch, Native, Pipeline, Profile, Backend):
-    name = "keras-" + KERAS_BACKEND
+    name = FRAMEWORK
 
 
 BACKEND = KerasBackend()

@@ -1,23 +1,13 @@
 """The device API. Keras 3 holds its arrays as its backend's own (TensorFlow tensors,
 jax.Arrays, torch tensors) on that backend's devices, so the device API is the
-backend's framework package's, chosen once by keras.config.backend() (KERAS_BACKEND,
-which common.facts.registry.get sets before this package loads). Only that backend is
-imported: the GPU machines have PyTorch and JAX but no TensorFlow."""
+backend's framework package's (frameworks/keras/backends: KERAS_BACKEND, which
+common.facts.registry.get sets before this package loads, picks it once)."""
 import keras
 
-BACKEND = keras.config.backend()
-if BACKEND == "jax":
-    from frameworks.jax.devices import Devices as BackendDevices
-elif BACKEND == "torch":
-    from frameworks.pytorch.devices import Devices as BackendDevices
-elif BACKEND == "tensorflow":
-    from frameworks.tensorflow.devices import Devices as BackendDevices
-else:
-    raise ImportError(f"Keras backend {BACKEND!r} is not one of the suite's (KERAS_BACKEND="
-                      "tensorflow, jax or torch)")
+from .backends import current
 
 
-class Devices(BackendDevices):
+class Devices(current.Devices):
     def version(self):
         return keras.__version__
 

@@ -2,7 +2,7 @@
 alone so that they run on every backend; their weights set from the common initial
 weights in the channels-last layout (common/models/layouts.py). Keras has no scratch
 mode, so its oracle check (forward_backward) runs the Keras model, its gradients taken
-by the backend's own autodiff (the one place the backend's framework is called)."""
+by the backend's own autodiff (frameworks/keras/backends: grads_of_loss_sum)."""
 import keras
 import numpy as np
 from keras import layers
@@ -12,6 +12,8 @@ from common.core.contract import ModelOps, NotApplicable
 from common.facts import registry
 from common.models import resnet18 as R
 from common.models.layouts import CHANNELS_LAST
+
+from .backends import FRAMEWORK, current
 
 # Keras's BatchNorm momentum weights the old value: 0.9 for PyTorch's 0.1
 BN_MOMENTUM = 1.0 - R.BN_MOMENTUM
@@ -51,9 +53,8 @@ def keras_resnet18(sync_bn=False, units=None):
         return layers.Conv2D(cout, k, stride, "same" if pad and stride == 1 else "valid",
                              name=name)(x)
 
-    # synchronized=True is TensorFlow's alone (Keras raises on the others); on JAX, one
-    # program over the global batch normalises over every device's rows anyway
-    sync_bn = sync_bn and keras.config.backend() == "tensorflow"
+    # synchronized=True where the backend has it (frameworks/keras/backends: SYNC_BN)
+    sync_bn = sync_bn and current.SYNC_BN
 
     def bn(x, i):
         return layers.BatchNormalization(momentum=BN_MOMENTUM, epsilon=R.BN_EPS, synchronized=sync_bn,
@@ -113,50 +114,11 @@ class KerasModelOps(ModelOps):
         self.to_framework, self.from_framework = CHANNELS_LAST[model]
 
     def apply(self, params, state, X, training):
-        raise NotApplicable(registry.gap("keras-" + keras.config.backend(), "scratch"))
+        raise NotApplicable(registry.gap(FRAMEWORK, "scratch"))
 
 
 def _loss_sum(y, logits):
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")(y, logits)
-
-
-def grads_of_loss_sum(m, param_vars, state_vars, X, y):
-    """Logits, summed loss and its gradients w.r.t. param_vars, one training-mode pass of
-    Keras model m (its state variables updated), by the backend's autodiff: Keras 3 has
-    no backend-neutral gradient call. Each framework is imported only on its backend."""
-    backend = keras.config.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-        with tf.GradientTape() as tape:
-            logits = m(X, training=True)
-            loss = _loss_sum(y, logits)
-        return logits, loss, tape.gradient(loss, [v.value for v in param_vars])
-    if backend == "torch":
-        for v in param_vars:
-            v.value.grad = None
-        logits = m(keras.ops.convert_to_tensor(X), training=True)
-        loss = _loss_sum(keras.ops.convert_to_tensor(y), logits)
-        loss.backward()
-        return logits.detach(), loss.detach(), [v.value.grad for v in param_vars]
-    import jax
-    # JAX is functional: the pass runs on the variables' values (stateless_call) and
-    # hands back the new state, written into the state variables after. Under jax.jit:
-    # one XLA compilation, where op by op every primitive of every shape compiles on its
-    # own (measured, ResNet-18 at batch 8 on 1 thread: 15 s op by op, 6 s jitted)
-    trainable, frozen = m.trainable_variables, m.non_trainable_variables
-
-    @jax.jit
-    def value_and_grad(values, frozen_values, X, y):
-        def loss_fn(values):
-            logits, new_frozen = m.stateless_call(values, frozen_values, X, training=True)
-            return _loss_sum(y, logits), (logits, new_frozen)
-        return jax.value_and_grad(loss_fn, has_aux=True)(values)
-    (loss, (logits, new_frozen)), grads = value_and_grad(
-        [v.value for v in trainable], [v.value for v in frozen], X, y)
-    for v, value in zip(frozen, new_frozen):
-        v.assign(value)
-    where = {id(v): i for i, v in enumerate(trainable)}
-    return logits, loss, [grads[where[id(v)]] for v in param_vars]
 
 
 class Models:
@@ -186,7 +148,8 @@ class Models:
     def forward_backward(self, model, params, X, y, state=None):
         m, (param_vars, state_vars) = self.keras_model(
             model, params, models.get(model).init_state() if state is None else state)
-        logits, loss, grads = grads_of_loss_sum(m, param_vars, state_vars, nhwc(X), np.asarray(y))
+        logits, loss, grads = current.grads_of_loss_sum(m, param_vars, state_vars, nhwc(X),
+                                                        np.asarray(y), _loss_sum)
         numpy = keras.ops.convert_to_numpy
         return (numpy(logits), float(numpy(loss)),
                 self.model_ops(model).from_framework([numpy(g) for g in grads]),

@@ -6,13 +6,9 @@ list_devices and distribute_value), so the native all-reduce is TensorFlow's. On
 torch this module raises NotApplicable as it loads (the facts' `devices` gap), so that
 common.experiments.ops.load records the reason, and a backend that gains its Ops shows up
 as a listed gap that works."""
-from common.core.contract import NotApplicable
-from common.facts import registry
+from .backends import tensorflow
 
-from .devices import BACKEND
-
-if BACKEND != "tensorflow":
-    raise NotApplicable(registry.gap("keras-" + BACKEND, "devices"))
+tensorflow("devices")    # on JAX and torch: NotApplicable, the facts' gap, as this loads
 
 import keras  # noqa: E402
 

@@ -14,7 +14,7 @@ from common import models
 from common.core.contract import NotApplicable, Replica
 from common.facts import registry
 
-from .devices import BACKEND
+from .backends import current
 
 
 class NoPipeline:
@@ -22,8 +22,8 @@ class NoPipeline:
         raise NotApplicable(registry.gap(self.name, "model"))
 
 
-if BACKEND == "tensorflow":
-    import tensorflow as tf
+if current.tf is not None:       # a stage's backward is written with GradientTape
+    tf = current.tf
 
     from frameworks.tensorflow.models import loss_sum
     from frameworks.tensorflow.pipeline import Pipeline as TensorFlowPipeline
@@ -75,4 +75,4 @@ class TensorFlowStages(TensorFlowPipeline):
 
 
 # on JAX and torch, the class above has no TensorFlow under it: the gap instead
-Pipeline = TensorFlowStages if BACKEND == "tensorflow" else NoPipeline
+Pipeline = NoPipeline if current.tf is None else TensorFlowStages

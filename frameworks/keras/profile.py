@@ -1,16 +1,9 @@
 """The op-level profiler of Keras: its backend's own (TensorFlow's, torch.profiler,
-JAX's; frameworks/<backend>/profile.py), with rules for the names Keras gives to what
-it runs ahead of the backend's rules. Only the running backend's framework is imported."""
+JAX's; frameworks/<framework>/profile.py, picked in frameworks/keras/backends), with
+rules for the names Keras gives to what it runs ahead of the backend's rules."""
 from __future__ import annotations
 
-from .devices import BACKEND
-
-if BACKEND == "tensorflow":
-    from frameworks.tensorflow.profile import TFProfiler as BackendProfiler
-elif BACKEND == "torch":
-    from frameworks.pytorch.profile import TorchProfiler as BackendProfiler
-else:
-    from frameworks.jax.profile import JaxProfiler as BackendProfiler
+from .backends import current
 
 # (regex searched in an event's name, op class): Keras's own names, tried before the
 # backend's rules (the first match wins).
@@ -31,8 +24,8 @@ RULES = (
 )
 
 
-class KerasProfiler(BackendProfiler):
-    rules = RULES + BackendProfiler.rules
+class KerasProfiler(current.Profiler):
+    rules = RULES + current.Profiler.rules
 
 
 class Profile:

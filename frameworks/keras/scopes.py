@@ -1,21 +1,16 @@
 """The device-scopes model (common.experiments.scopes) in Keras 3 (TensorFlow backend): the
 chapter's functional model with one keras.layers.LSTM shared by both inputs, each
 part called under keras.device."""
-from common.core.contract import NotApplicable
-from common.facts import registry
+from .backends import tensorflow
 
-from .devices import BACKEND
-
-if BACKEND != "tensorflow":
-    # the gradients below are TensorFlow's (GradientTape): on JAX and torch the facts'
-    # `scopes` gap, raised as the module loads (a backend that gains it shows as a
-    # listed gap that works)
-    raise NotApplicable(registry.gap("keras-" + BACKEND, "scopes"))
+# the gradients below are TensorFlow's (GradientTape): on JAX and torch the facts'
+# `scopes` gap, raised as the module loads (a backend that gains it shows as a listed
+# gap that works)
+tf = tensorflow("scopes")
 
 import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-from common.experiments import scopes
+from common.experiments import scopes  # noqa: E402
 
 
 class OnDevice(keras.layers.Layer):

@@ -4,7 +4,6 @@ import numpy as np
 import tensorflow as tf
 
 from common.facts import devices as dev
-from common.facts.settings import COMM_BUFFER_MB
 
 
 def tf_device(device: str) -> str:
@@ -36,11 +35,6 @@ class Devices:
 
     def version(self):
         return tf.__version__
-
-    # the strategy's CommunicationOptions that the communication settings set (common/
-    # facts/settings.py): packs of 256 KiB (default 0, one pack: every gradient waits
-    # for the whole backward pass)
-    COMMUNICATION = {"collective-packs": {"bytes_per_pack": int(COMM_BUFFER_MB * 2**20)}}
 
     def apply_setting(self, name):
         # Grappler rewrites the graphs tf.function builds (oneDNN's bfloat16 kernels where
@@ -106,24 +100,3 @@ class Devices:
 
     def float32_math(self):
         return "tf32" if tf.config.experimental.is_tensor_float_32_execution_enabled() else "fp32"
-
-    # --- several machines: MultiWorkerMirroredStrategy, workers started with TF_CONFIG
-    # (common.launch.nodes); it must exist before any other TensorFlow op of the process ---
-    def join(self, rank, timeout=None):
-        kinds = tf.distribute.experimental.CommunicationImplementation
-        options = tf.distribute.experimental.CommunicationOptions(
-            # RING (gRPC) collectives on CPUs; NCCL where there are GPUs
-            implementation=kinds.NCCL if self.num_gpus() else kinds.RING,
-            timeout_seconds=timeout, **self.comm)
-        self.cluster_strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            communication_options=options)
-        # a first collective: returns once every worker of TF_CONFIG is up
-        self.cluster_strategy.reduce(tf.distribute.ReduceOp.SUM, self.cluster_strategy.run(
-            lambda: tf.constant(1.0)), axis=None).numpy()
-        return None
-
-    def leave(self):
-        self.cluster_strategy = None
-
-    def rank_device(self, rank):
-        return "gpu:0" if self.num_gpus() else "cpu:0"

@@ -6,6 +6,7 @@ import tensorflow as tf
 from common import models
 from common.core.contract import Trainer
 from common.facts.data import shard_bounds
+from common.facts.settings import COMM_BUFFER_MB
 
 from .devices import tf_device
 from .models import loss_sum
@@ -110,7 +111,37 @@ class MirroredTrainer(Trainer):
             v.assign(s)
 
 
-class Native:
+class Workers:
+    """Several machines: MultiWorkerMirroredStrategy, workers started with TF_CONFIG
+    (common.launch.nodes); it must exist before any other TensorFlow op of the process.
+    Keras on TensorFlow joins the same way (frameworks/keras/backends/tensorflow.py)."""
+
+    # the strategy's CommunicationOptions that the communication settings set (common/
+    # facts/settings.py): packs of 256 KiB (default 0, one pack: every gradient waits
+    # for the whole backward pass)
+    COMMUNICATION = {"collective-packs": {"bytes_per_pack": int(COMM_BUFFER_MB * 2**20)}}
+
+    def join(self, rank, timeout=None):
+        kinds = tf.distribute.experimental.CommunicationImplementation
+        options = tf.distribute.experimental.CommunicationOptions(
+            # RING (gRPC) collectives on CPUs; NCCL where there are GPUs
+            implementation=kinds.NCCL if self.num_gpus() else kinds.RING,
+            timeout_seconds=timeout, **self.comm)
+        self.cluster_strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=options)
+        # a first collective: returns once every worker of TF_CONFIG is up
+        self.cluster_strategy.reduce(tf.distribute.ReduceOp.SUM, self.cluster_strategy.run(
+            lambda: tf.constant(1.0)), axis=None).numpy()
+        return None
+
+    def leave(self):
+        self.cluster_strategy = None
+
+    def rank_device(self, rank):
+        return "gpu:0" if self.num_gpus() else "cpu:0"
+
+
+class Native(Workers):
     def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
         ops = self.model_ops(model)
         if sync_bn:     # a model without BatchNorm has nothing to synchronise
