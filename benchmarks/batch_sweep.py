@@ -23,7 +23,8 @@ from rich.table import Table
 from common.facts import registry
 from common.core.modes import MODES
 from common.reports.plots import colour, save_figure
-from common.reports.runs import machine_lines, render_markdown, timing
+from common.reports.runs import machine_lines, render_markdown
+from common.results.timing import timing
 from common.results.record import RecordError, load_records
 
 from .cli import (Parser, UsageError, fraction, int_list, names, non_negative, positive,

@@ -40,6 +40,7 @@ from common.facts.machine import cpu_line, env_info
 from common.launch import launcher
 from common.reports.plots import schedule_plots
 from common.results.record import schedule_of
+from common.results.timing import last_step_sec
 
 from .cli import Parser, UsageError, int_list, names, results_dir
 from .runner import run_config, worker_env
@@ -67,20 +68,13 @@ def record_of(cfg: RunConfig, out: Path, timeout: int, rnd: int) -> dict:
     return record
 
 
-def step_sec(record: dict) -> float | None:
-    """The timed (last) epoch's seconds per step."""
-    if record.get("status") != "ok" or not record.get("sec_per_epoch"):
-        return None
-    return record["sec_per_epoch"][-1] / record["steps_per_epoch"][-1]
-
-
 def median(records: list[dict], get) -> float | None:
     values = [v for v in (get(r) for r in records if r.get("status") == "ok") if v is not None]
     return statistics.median(values) if values else None
 
 
 def spread(records: list[dict]) -> str:
-    secs = [s for s in map(step_sec, records) if s is not None]
+    secs = [s for s in map(last_step_sec, records) if s is not None]
     return f"{min(secs):.3f}-{max(secs):.3f}" if len(secs) > 1 else "-"
 
 
@@ -131,13 +125,13 @@ def report(records: list[dict], units: dict, env: dict, load: tuple, command: st
                 return [r for r in rows if r["framework"] == fw and r["mode"] == mode
                         and r["devices"] == devices and r.get("micro_batches", 1) == M
                         and (schedule is None or schedule_of(r) == schedule)]
-            base, one = median(runs("native", 1), step_sec), median(runs("model", 1), step_sec)
+            base, one = median(runs("native", 1), last_step_sec), median(runs("model", 1), last_step_sec)
             for k, schedule, M in dict.fromkeys((r["devices"], schedule_of(r),
                                                  r["micro_batches"])
                                                 for r in rows if r["framework"] == fw
                                                 and r["mode"] == "model" and r["devices"] > 1):
                 rs = runs("model", k, M, schedule)
-                sec = median(rs, step_sec)
+                sec = median(rs, last_step_sec)
                 lead = f"| {fw} | {_f(base)} | {_f(one)} | {k} | {schedule} | {M} |"
                 if sec is None:
                     bad = next((r for r in rs if r.get("status") != "ok"), {})
@@ -272,7 +266,7 @@ def main(argv=None) -> int:
                     r = records[-1]
                     print(f"round {rnd} {model} {fw} {cfg.mode} x{cfg.devices} M={cfg.micro_batches}"
                           f"{' ' + cfg.schedule if cfg.mode == 'model' and cfg.devices > 1 else ''}: "
-                          f"{r['status']} {_f(step_sec(r))} s/step", flush=True)
+                          f"{r['status']} {_f(last_step_sec(r))} s/step", flush=True)
     # the measured schedules of the last round (one panel per schedule and M)
     last = [r for r in records[-len(records) // args.rounds:]
             if r.get("mode") == "model" and r.get("devices", 1) > 1]

@@ -41,7 +41,8 @@ from common.core.perf import LINKS, Compute, Link, allreduce_sec, predict, rule_
 from common.launch import networks
 from common.launch.launcher import thread_env
 from common.reports import predict as page
-from common.reports.runs import all_devices, step_sec
+from common.results.timing import step_sec
+from common.results.utilisation import all_devices
 from common.results.record import RecordError, load_records, model_of
 
 from .cli import Parser, UsageError, int_list, positive

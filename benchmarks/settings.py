@@ -5,13 +5,10 @@ For every framework, model and default mode: the defaults and each setting of th
 framework's table (common/facts/settings.py) that applies here, one at a time, each in a
 fresh compare worker, their repeats interleaved (default, setting 1, setting 2, ...,
 default, ...) so that drift hits all alike; then the kept settings together against the
-defaults the same way. A setting is kept when the suite's verdict (Welch on the repeats'
-log sec/epoch, common/reports/verdict.py, band --noise) says faster AND its run agrees:
-its first step losses within its precision's tolerance of the defaults' on the same
-weights and batches (the defaults' run is the one the conformance suite holds to the
-NumPy oracle), and its test accuracy after the epochs within its margin of the defaults'
-(settings.PRECISION). Rejected settings say why: slower, no difference, too few repeats,
-wrong numbers, or cannot run here. DIR/settings.md is the page; DIR/settings.json the
+defaults the same way. A setting is kept when it is faster and its numbers agree with the
+defaults' (the rule: common/reports/decisions.py; the defaults' run is the one the
+conformance suite holds to the NumPy oracle). Rejected settings say why: slower, no
+difference, too few repeats, wrong numbers, or cannot run here. DIR/settings.md is the page; DIR/settings.json the
 decisions, and the settings file `compare --settings best` applies."""
 from __future__ import annotations
 
@@ -26,9 +23,9 @@ from common.core.modes import MODES
 from common.facts import machine, registry, settings
 from common.launch import netns, networks
 from common.reports import settings as page
-from common.reports.runs import step_sec, timing
-from common.reports.verdict import TOO_FEW, says, verdict
+from common.reports.decisions import SeveralKinds, decide, merged
 from common.results.record import write_atomic
+from common.results.timing import step_sec
 
 from .cli import (UsageError, command_parser, names, positive, positive_float, recorded_command,
                   run_command)
@@ -224,66 +221,6 @@ def limits(out: Path, g: dict) -> dict | None:
             else None, "step_default": step(_records(out, g, "default")), "step_best": step(best)}
 
 
-def agreement(arm: list[dict], default: list[dict], names_: list[str], framework: str,
-              model: str) -> str | None:
-    """Why the arm's numbers are wrong, or None: its first step losses (the model's
-    count: page.agree_steps) against the defaults' (first repeat of each) at its
-    precision's tolerance, and its test accuracy."""
-    precision = settings.precision_of(settings.get(framework, names_),
-                                      default[0].get("device_kind") or "cpu")
-    tol = settings.PRECISION[precision]
-    n = page.agree_steps(model)
-
-    def apart(a: dict, d: dict) -> float | None:
-        la, ld = a["step_losses"][:n], d["step_losses"][:n]
-        return (max(abs(x - y) / abs(y) for x, y in zip(la, ld))
-                if len(la) == len(ld) == n else None)
-    worst = apart(arm[0], default[0])
-    if worst is None:
-        return f"fewer than {n} step losses to compare"
-    # a GPU's defaults need not agree with themselves (atomics, auto-tuned kernels): no
-    # setting is held closer than twice the defaults' own repeats are apart
-    own = [x for x in (apart(r, default[0]) for r in default[1:] if r.get("status") == "ok")
-           if x is not None]
-    allowed = max([tol["step_loss"], *(2 * x for x in own)])
-    if worst > allowed:
-        return (f"its first {n} step losses differ from the defaults' by up to {worst:.1e} "
-                f"(relative; {precision} allows {tol['step_loss']:.0e}"
-                + (f", the defaults' own repeats {max(own):.1e}" if own else "") + ")")
-    acc_a = statistics.median(r["test_accuracy"] for r in arm if r.get("status") == "ok")
-    acc_d = statistics.median(r["test_accuracy"] for r in default if r.get("status") == "ok")
-    if acc_a < acc_d - tol["accuracy"]:
-        return (f"test accuracy {acc_a:.4f} against the defaults' {acc_d:.4f} "
-                f"({precision} allows {tol['accuracy']} less)")
-    return None
-
-
-def decide(label: str, names_: list[str], arm: list[dict], default: list[dict],
-           framework: str, band: float, model: str) -> dict:
-    """An arm's decision: kept, or rejected with the reason."""
-    failed = [r for r in arm if r.get("status") != "ok"]
-    out = {"setting": label, "settings": names_, "precision": settings.precision_of(
-        settings.get(framework, names_), default[0].get("device_kind") or "cpu")}
-    if failed:
-        # a worker killed or timed out says nothing of the setting
-        ended = (failed[0].get("error") or "").startswith("the worker ended without a record")
-        return {**out, "decision": "did not finish" if ended else "cannot run here",
-                "why": (failed[0].get("error") or failed[0].get("status") or "").splitlines()[0]}
-    # sec/epoch as the report reads it (runs.timing: the median epoch; None where it failed)
-    before = [s for s in (timing(r)["sec"] for r in default) if s]
-    after = [timing(r)["sec"] for r in arm]
-    v = verdict(before, after, band)
-    out.update(sec_default=statistics.median(before), sec=statistics.median(after),
-               ratio=v["ratio"], verdict=says(v), repeats=list(v["repeats"]))
-    wrong = agreement(arm, default, names_, framework, model)
-    if wrong:
-        return {**out, "decision": "wrong numbers", "why": wrong}
-    if v["verdict"] == "faster":
-        return {**out, "decision": "kept", "why": says(v)}
-    why = {"slower": "slower", "within noise": "no difference", TOO_FEW: TOO_FEW}[v["verdict"]]
-    return {**out, "decision": why, "why": says(v)}
-
-
 def decisions_of(out: Path, g: dict, band: float) -> tuple[list[dict], list[str], str | None]:
     """A group's decisions, best settings and error, from its records on disk alone (so
     that --report judges committed records again by today's rules)."""
@@ -374,29 +311,6 @@ def write_page(out: Path) -> int:
     return 0
 
 
-def merged(runs: list[dict]) -> dict:
-    """Several runs' decisions on one machine kind as one settings file: for each row
-    (framework, model, mode), the group of the run whose best cut the most from its own
-    defaults (a later run on a tie), so that a bfloat16 run and a float32 run of the same
-    row leave the faster of their bests for compare --settings best."""
-    kinds = {r["machine_kind"] for r in runs}
-    if len(kinds) != 1:
-        raise UsageError(f"--best-file: the runs are of several machine kinds ({', '.join(sorted(kinds))}); "
-                         "give runs of one kind")
-    chosen: dict[tuple, dict] = {}
-    for r in runs:
-        for g in r["groups"]:
-            base, best = page.best_of(g)
-            ratio = best / base if base and best else 1.0
-            key = (g["framework"], g["model"], g["mode"], g.get("nodes", 1))
-            if key not in chosen or ratio <= chosen[key][0]:
-                chosen[key] = (ratio, g)
-    return {"machine_kind": kinds.pop(), "env": runs[-1]["env"],
-            "measured": " and ".join(dict.fromkeys(r["measured"] for r in runs)),
-            "runs": [{"command": r["command"], "measured": r["measured"]} for r in runs],
-            "groups": [g for _, g in chosen.values()]}
-
-
 def write_best_file(folders: list[Path]) -> int:
     """BEST_DIR/<kind>.json from the runs in folders, each judged again from its records."""
     missing = [str(f) for f in folders if not (f / DECISIONS).is_file()]
@@ -410,7 +324,7 @@ def write_best_file(folders: list[Path]) -> int:
         return 2
     try:
         best = merged([judged(json.loads((f / DECISIONS).read_text()), f) for f in folders])
-    except UsageError as e:
+    except SeveralKinds as e:
         print(f"settings: error: {e}", file=sys.stderr)
         return 2
     path = settings.BEST_DIR / f"{best['machine_kind']}.json"

@@ -23,7 +23,8 @@ from rich.table import Table
 from common import models
 from common.experiments.gemm import GEMM_SIZE, gemm_rate
 from common.facts.registry import EXECUTIONS
-from common.reports.runs import machine_lines, render_markdown, timing
+from common.reports.runs import machine_lines, render_markdown
+from common.results.timing import timing
 from common.results.record import RecordError, load_records, model_of
 
 from .cli import Parser, UsageError, positive

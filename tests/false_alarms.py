@@ -22,8 +22,9 @@ from pathlib import Path
 from common.facts.machine import cpu_line
 import numpy as np
 
-from common.reports import comparison, runs, verdict
+from common.reports import comparison, verdict
 from common.results.record import load_records
+from common.results.timing import timing
 
 # short runs (about a minute each on 2 cores): two rows a folder, 3 repeats each
 COMMAND = ["-m", "benchmarks.compare", "--framework", "pytorch", "--mode", "scratch,native",
@@ -89,10 +90,10 @@ def count(folders: list[Path], pairs) -> tuple[Counter, Counter, int]:
         n += 1
         for row in comparison.compare_folders(records[a], records[b]):
             new[row["verdict"]] += 1
-        times = {comparison._key(r): runs.timing(r)["runs"] for r in records[a] if r["status"] == "ok"}
+        times = {comparison._key(r): timing(r)["runs"] for r in records[a] if r["status"] == "ok"}
         for r in records[b]:
             if r["status"] == "ok" and comparison._key(r) in times:
-                said = old_rule(times[comparison._key(r)], runs.timing(r)["runs"], comparison.DEFAULT_NOISE)
+                said = old_rule(times[comparison._key(r)], timing(r)["runs"], comparison.DEFAULT_NOISE)
                 old[str(said)] += 1
     return new, old, n
 

@@ -145,11 +145,11 @@ def test_a_machine_kinds_settings_file_is_its_runs_merged(kind_file):
     left over by hand; its recomputed floats within RECOMPUTED_REL."""
     import json
 
-    from benchmarks import settings as command
+    from common.reports import decisions
     runs = _kind_runs(kind_file)
     assert runs, f"{kind_file}: no committed settings run of its kind"
     committed = json.loads((RESULTS / "settings" / kind_file).read_text())
-    assert not differences(committed, command.merged(runs))
+    assert not differences(committed, decisions.merged(runs))
 
 
 def test_a_rebuilt_file_is_held_to_what_it_shows_not_its_last_bits():
@@ -163,7 +163,7 @@ def test_a_rebuilt_file_is_held_to_what_it_shows_not_its_last_bits():
 
     import numpy as np
 
-    from benchmarks import settings as command
+    from common.reports import decisions
     kind_file = "amd-epyc-2core-avx512.json"
     committed = json.loads((RESULTS / "settings" / kind_file).read_text())
     assert sum("ratio" in d for g in committed["groups"] for d in g["decisions"]) > 10
@@ -175,7 +175,7 @@ def test_a_rebuilt_file_is_held_to_what_it_shows_not_its_last_bits():
             return {k: last_bits(v) for k, v in x.items()}
         return [last_bits(v) for v in x] if isinstance(x, list) else x
     assert not differences(committed, last_bits(committed))
-    rebuilt = command.merged(_kind_runs(kind_file))
+    rebuilt = decisions.merged(_kind_runs(kind_file))
     first = next(d for g in rebuilt["groups"] for d in g["decisions"] if "ratio" in d)
     for plant in (lambda f: first.update(ratio=first["ratio"] + 1e-4),
                   lambda f: f["groups"][0].update(best=["omp-affinity"]),

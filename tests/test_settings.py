@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import runner, settings as command, tuned
+from common.reports import decisions
 from common.facts import registry, settings
 from tests.conftest import run_python, usage_error
 
@@ -274,7 +275,7 @@ DEFAULT = [_record(10.0 + 0.1 * i) for i in range(4)]
     ([_record(7.0, status="failed")] * 4, "cannot run here"),
 ], ids=["faster", "slower", "same", "losses-off", "accuracy-lost", "failed"])
 def test_a_setting_is_kept_only_when_faster_and_its_numbers_agree(arm, decision):
-    d = command.decide("compiled", ["compiled"], arm, DEFAULT, "pytorch", 0.05, "lenet")
+    d = decisions.decide("compiled", ["compiled"], arm, DEFAULT, "pytorch", 0.05, "lenet")
     assert d["decision"] == decision, d
 
 
@@ -282,9 +283,9 @@ def test_a_lower_precision_is_judged_at_its_own_tolerance():
     """bfloat16 losses 2 % off the defaults' are within its tolerance, not float32's."""
     arm = [_record(7.0 + 0.1 * i, losses=[(2.3 - 0.1 * i) * 1.02 for i in range(12)])
            for i in range(4)]
-    assert command.decide("bf16-matmul", ["bf16-matmul"], arm, DEFAULT, "jax", 0.05,
+    assert decisions.decide("bf16-matmul", ["bf16-matmul"], arm, DEFAULT, "jax", 0.05,
                           "lenet")["decision"] == "kept"
-    assert command.decide("ynn-fusion-off", ["ynn-fusion-off"], arm, DEFAULT, "jax",
+    assert decisions.decide("ynn-fusion-off", ["ynn-fusion-off"], arm, DEFAULT, "jax",
                           0.05, "lenet")["decision"] == "wrong numbers"
 
 
@@ -293,16 +294,15 @@ def test_a_model_whose_trajectory_parts_sooner_is_held_to_fewer_steps():
     losses 4e-3 apart at the third, 10 % by the sixth), so its settings are held to its
     first 2 losses, LeNet's to 10 (planted: the model's count ignored rejects every
     ResNet-18 setting as wrong numbers)."""
-    from common.reports import settings as page
     parted = [_record(7.0 + 0.1 * i, losses=[2.3, 2.2] + [(2.1 - 0.1 * k) * 1.05 for k in range(10)])
               for i in range(4)]
-    assert page.agree_steps("resnet18") == 2 and page.agree_steps("lenet") == 10
-    assert command.decide("compiled", ["compiled"], parted, DEFAULT, "pytorch", 0.05,
+    assert decisions.agree_steps("resnet18") == 2 and decisions.agree_steps("lenet") == 10
+    assert decisions.decide("compiled", ["compiled"], parted, DEFAULT, "pytorch", 0.05,
                           "resnet18")["decision"] == "kept"
-    assert command.decide("compiled", ["compiled"], parted, DEFAULT, "pytorch", 0.05,
+    assert decisions.decide("compiled", ["compiled"], parted, DEFAULT, "pytorch", 0.05,
                           "lenet")["decision"] == "wrong numbers"
     early = [_record(7.0, losses=[2.3, 2.2 * 1.01] + [2.1] * 10) for _ in range(4)]
-    assert command.decide("compiled", ["compiled"], early, DEFAULT, "pytorch", 0.05,
+    assert decisions.decide("compiled", ["compiled"], early, DEFAULT, "pytorch", 0.05,
                           "resnet18")["decision"] == "wrong numbers"
 
 
@@ -355,7 +355,7 @@ def test_the_settings_page_shows_each_decision_and_the_best(tmp_path):
                "noise": 0.05, "repeat": 3, "epochs": 2, "measured": "2026-11-26",
                "groups": [{"framework": "pytorch", "model": "lenet", "mode": "native",
                            "best": ["compiled"], "decisions": [
-                               command.decide("compiled", ["compiled"],
+                               decisions.decide("compiled", ["compiled"],
                                               [_record(7.0 + 0.1 * i) for i in range(4)],
                                               DEFAULT, "pytorch", 0.05, "lenet"),
                                {"setting": "tf32", "decision": "cannot run here",
@@ -370,7 +370,7 @@ def test_the_settings_page_shows_each_decision_and_the_best(tmp_path):
 def _group(framework, mode, default_sec, arm_sec, name="compiled"):
     """A judged group whose one setting ran at arm_sec against defaults at default_sec."""
     default = [_record(default_sec + 0.1 * i) for i in range(4)]
-    d = command.decide(name, [name], [_record(arm_sec + 0.1 * i) for i in range(4)], default,
+    d = decisions.decide(name, [name], [_record(arm_sec + 0.1 * i) for i in range(4)], default,
                        framework, 0.05, "lenet")
     return {"framework": framework, "model": "lenet", "mode": mode, "decisions": [d],
             "best": [name] if d["decision"] == "kept" else []}
@@ -396,18 +396,17 @@ def test_runs_of_one_kind_merge_into_each_rows_fastest_best(tmp_path, monkeypatc
     (a float32 run's 0.6x over a bfloat16 run's 0.8x); runs of two kinds are refused."""
     import json
 
-    from benchmarks.cli import UsageError
     f32 = {"machine_kind": "k", "env": {}, "command": "a", "measured": "1",
            "groups": [_group("pytorch", "native", 10.0, 6.0),
                       _group("jax", "native", 30.0, 40.0, "ynn-fusion-off")]}
     bf16 = {**f32, "command": "b", "measured": "2",
             "groups": [_group("pytorch", "native", 10.0, 8.0, "bf16-autocast")]}
-    best = command.merged([f32, bf16])
+    best = decisions.merged([f32, bf16])
     assert {(g["framework"], g["mode"]): g["best"] for g in best["groups"]} == {
         ("pytorch", "native"): ["compiled"], ("jax", "native"): []}
     assert best["measured"] == "1 and 2" and [r["command"] for r in best["runs"]] == ["a", "b"]
-    with pytest.raises(UsageError, match="several machine kinds"):
-        command.merged([f32, {**bf16, "machine_kind": "other"}])
+    with pytest.raises(decisions.SeveralKinds, match="several machine kinds"):
+        decisions.merged([f32, {**bf16, "machine_kind": "other"}])
     monkeypatch.setattr(settings, "BEST_DIR", tmp_path / "best")
     assert command.main(["--best-file", str(tmp_path / "none")]) == 2
     assert command.main(["--best-file", ","]) == 2
@@ -436,7 +435,7 @@ def test_the_report_shows_the_best_known_settings_of_its_machine_kind(tmp_path, 
     kind = settings.machine_kind(env)
     assert kind == "cpu-z-2core-avx512"
     group = {"framework": "jax", "model": "lenet", "mode": "native", "best": ["ynn-fusion-off"],
-             "decisions": [command.decide("ynn-fusion-off", ["ynn-fusion-off"],
+             "decisions": [decisions.decide("ynn-fusion-off", ["ynn-fusion-off"],
                                           [_record(7.0 + 0.1 * i) for i in range(4)],
                                           DEFAULT, "jax", 0.05, "lenet")]}
     (tmp_path / f"{kind}.json").write_text(json.dumps(
@@ -541,7 +540,7 @@ def test_rows_across_nodes_are_kept_apart_from_one_devices(tmp_path, monkeypatch
     one = _group("pytorch", "native", 10.0, 6.0)
     nodes = {**_group("pytorch", "native", 4.0, 3.0, "ddp-small-buckets"), "nodes": 2,
              "link": "10mbit"}
-    best = command.merged([{"machine_kind": "k", "env": {}, "command": "a", "measured": "1",
+    best = decisions.merged([{"machine_kind": "k", "env": {}, "command": "a", "measured": "1",
                             "groups": [one, nodes]}])
     assert [g["best"] for g in best["groups"]] == [["compiled"], ["ddp-small-buckets"]]
     monkeypatch.setattr(settings, "BEST_DIR", tmp_path)

@@ -9,7 +9,8 @@ from rich.table import Table
 from rich.text import Text
 
 from common.reports import verdict
-from common.reports.runs import mode_label, timing
+from common.reports.runs import mode_label
+from common.results.timing import timing
 from common.results.record import model_of, schedule_of
 
 # The smallest change of sec/epoch called slower or faster (common.reports.verdict): the

@@ -12,6 +12,7 @@ import statistics
 from common.launch import engines, networks
 from common.reports import runs
 from common.results.record import COMPARE_KEYS, RECORD_KEYS
+from common.results.timing import timing
 
 # The record's keys that hold lists or objects (their figures come in DERIVED), and the
 # traceback (many lines; `error` has its first)
@@ -35,7 +36,7 @@ def _env(key):
 
 
 # name -> (its meaning, as docs/report.md gives it; how it is read from the record r,
-# its timing t (common.reports.runs.timing) and its report row)
+# its timing t (common.results.timing) and its report row)
 DERIVED = {
     "sec_per_epoch_median": ("the report's sec/epoch: the median over the successful repeats "
                              "of each repeat's median epoch time",
@@ -99,7 +100,7 @@ def rows(records: list[dict]) -> list[dict]:
     report = runs.summarize(records)
     out = []
     for r, row in zip(records, report):
-        t = runs.timing(r) if r["status"] in ("ok", "failed", "interrupted") else runs.timing({})
+        t = timing(r) if r["status"] in ("ok", "failed", "interrupted") else timing({})
         out.append({**{k: r.get(k) for k in RECORD_COLUMNS},
                     # read under their names before too (older records)
                     "network": r.get("network") or (networks.of(r).name if r.get("launcher")

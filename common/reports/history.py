@@ -13,6 +13,7 @@ from pathlib import Path
 
 from common.reports import comparison, export, plots, runs
 from common.results.record import schedule_of
+from common.results.timing import timing
 
 SCHEMA = 1
 # What makes two runs the same measurement: the configuration, the work per epoch and
@@ -58,7 +59,7 @@ def lines_of(records: list[dict], paths: list[Path], now: float) -> list[dict]:
             "appended": _utc(now), "folder": str(path.parent), "file": path.name,
             "machine": {k: env.get(k) for k in MACHINE}, "versions": env.get("libraries") or {},
             # each repeat's sec/epoch, what the gate's test weighs
-            "sec_per_epoch_repeats": runs.timing(r)["runs"], "row": row})
+            "sec_per_epoch_repeats": timing(r)["runs"], "row": row})
     return out
 
 
@@ -137,7 +138,7 @@ def against(records: list[dict], history: list[dict], last: int = 1,
             continue
         commits = list(dict.fromkeys(str(e.get("commit")) for e in base))
         rows.append({**comparison.comparison_row(row, [x for e in base for x in repeats(e)],
-                                           runs.timing(r)["runs"], noise),
+                                           timing(r)["runs"], noise),
                      "baseline": f"{len(base)} run(s): " + ", ".join(commits)})
     return rows, missing
 

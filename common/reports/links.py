@@ -31,7 +31,8 @@ from common.core.perf import RULE, Compute, PowerLaw
 from common.launch import netns
 from common.reports.formats import ms
 from common.reports.plots import colour, save_figure
-from common.reports.runs import machine_lines, step_sec
+from common.reports.runs import machine_lines
+from common.results.timing import step_sec
 from common.results.record import RecordError, load_records
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import re
-import statistics
 from types import SimpleNamespace
 
 
@@ -18,7 +17,8 @@ from common.facts import registry
 from common.facts.machine import cpu_line
 from common.launch import networks
 from common.reports import settings as settings_report, utilisation
-from common.results.record import model_of, ok_repeats, schedule_of
+from common.results.record import model_of, schedule_of
+from common.results.timing import NOISE_THRESHOLD, _median, repeat_figures, timing
 from common.results.utilisation import all_devices
 
 
@@ -80,10 +80,6 @@ SHORT = {"execution": "exec", "devices": "dev", "test acc": "test\nacc", "train 
 TERSE = {"not-applicable": "n/a", "not-installed": "missing"}
 
 
-def _median(xs):
-    return statistics.median(xs) if xs else None
-
-
 def ideal_speedup(record: dict) -> int:
     """What the hardware allows: k on k GPUs, on k CPU devices that each have cores of
     their own (--cores-per-device) and on machines of their own (--nodes, not simulated);
@@ -94,10 +90,6 @@ def ideal_speedup(record: dict) -> int:
     return all_devices(record) if own else 1
 
 
-# A row whose repeats spread by more than this, (max - min) / median of their
-# sec/epoch, is marked noisy: runs of one configuration on a quiet machine agree to
-# a few per cent; on these shared machines they move by 10-40 %.
-NOISE_THRESHOLD = 0.10
 # How far apart two rows' test accuracies may end when only float rounding differs: the
 # same LeNet weights (Glorot) and batches, 2 epochs on real Fashion-MNIST, each framework
 # once with its full kernels and once capped to AVX2 (ONEDNN_MAX_CPU_ISA and the like) on
@@ -108,36 +100,8 @@ ROUNDING_ACCURACY = 0.03
 PLATEAU_ACCURACY = 0.2        # ten classes: 0.1 is chance, the ln 10 plateau
 
 
-def repeat_figures(record: dict) -> list[dict]:
-    """The successful repeats of a record (benchmarks.compare --repeat) that timed
-    an epoch."""
-    return [r for r in ok_repeats(record) if r.get("sec_per_epoch")]
-
-
-def timing(record: dict) -> dict:
-    """sec/epoch of a configuration: the median over its repeats of each repeat's median
-    epoch time; samples/s from that same figure; spread = (max - min) / median of the
-    repeats' figures (None with one repeat); noisy when the spread > NOISE_THRESHOLD."""
-    reps = repeat_figures(record)
-    runs = [_median(r["sec_per_epoch"]) for r in reps]
-    sec = _median(runs)
-    steps = (reps[0].get("steps_per_epoch") or [None])[0] if reps else None
-    samples = (steps * record["batch_size"] / sec if (sec and steps and record.get("batch_size"))
-               else (reps[0].get("samples_per_sec") if reps else None))
-    spread = (max(runs) - min(runs)) / sec if len(runs) > 1 and sec else None
-    return {"sec": sec, "samples": samples, "spread": spread, "runs": runs,
-            "noisy": spread is not None and spread > NOISE_THRESHOLD}
-
-
 # what the report asks of a mode this suite does not know (a record from elsewhere)
 _UNKNOWN_MODE = SimpleNamespace(speedup_against=None, stage_figures=False, by_hand=False)
-
-
-def step_sec(record: dict) -> float | None:
-    """A record's time per training step: its sec/epoch over its first epoch's steps."""
-    sec = timing(record)["sec"]
-    steps = (record.get("steps_per_epoch") or [None])[0]
-    return sec / steps if sec and steps else None
 
 
 def mode_of(r: dict):

@@ -2,10 +2,10 @@
 the decision on each with its reason, and each row's best, from the decisions file alone."""
 from __future__ import annotations
 
-from common import models
 from common.facts import settings
 from common.facts.machine import cpu_line
 from common.launch import networks
+from common.reports.decisions import agree_steps, best_of
 from common.reports.formats import ms
 from common.results.record import model_of
 
@@ -14,13 +14,6 @@ from common.results.record import model_of
 # whichever is longer, the other hidden behind it)
 GOAL = 1.5
 LINK_GOAL = 1.15
-
-
-def agree_steps(model: str) -> int:
-    """How many first step losses a setting's run is held to the defaults' by: the
-    model's own count (its COMMANDS["settings"]), fewer where its float32 trajectory
-    parts sooner."""
-    return models.get(model).COMMANDS["settings"]["agree_steps"]
 
 
 def mode_cell(g: dict) -> str:
@@ -46,15 +39,6 @@ def decision_rows(groups: list[dict]) -> list[str]:
                 f"{_cell(d.get('sec_default'), '.2f')} | {_cell(d.get('sec'), '.2f')} | "
                 f"{_cell(d.get('ratio'), '.2f')} | {d['decision']} | {d['why']} |")
     return lines
-
-
-def best_of(g: dict) -> tuple[float | None, float | None]:
-    """A group's defaults' s/epoch and its best's (the kept arm its best names; the
-    defaults where nothing was kept)."""
-    chosen = next((d for d in reversed(g["decisions"]) if d.get("settings") == g["best"]
-                   and d["decision"] == "kept"), None) if g.get("best") else None
-    base = next((d["sec_default"] for d in g["decisions"] if d.get("sec_default")), None)
-    return base, chosen["sec"] if chosen else base
 
 
 def best_rows(groups: list[dict]) -> list[str]:
