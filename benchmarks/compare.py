@@ -27,7 +27,7 @@ from common.facts import data, registry
 from common import models
 from common.core.modes import MODES
 from common.core.perf import SERVER_PLACEMENTS
-from common.core.pipeline import SCHEDULES
+from common.core.schedules import SCHEDULES
 from common.core.plan import RunConfig
 from common.experiments import gemm
 from common.facts.machine import env_info, gpu_count

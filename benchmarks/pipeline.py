@@ -34,7 +34,8 @@ import numpy as np
 
 from common import models
 from common.facts import registry
-from common.core.pipeline import SCHEDULES, PipelineTrainer
+from common.core.pipeline import PipelineTrainer
+from common.core.schedules import SCHEDULES
 from common.core.plan import RunConfig
 from common.facts.machine import cpu_line, env_info
 from common.launch import launcher

@@ -636,7 +636,7 @@ def model_mode_1f1b_equals_gpipe(b, name):
     (its spans, check_every_stage: 1F1B's stage 0 F0 F1 B0 F2 B1 F3 B2 B3 with its sends
     and SGD) and kept at most min(k-s, M)
     micro-batches' tapes alive at once (GPipe: all M), watched as the steps ran."""
-    from common.core.pipeline import in_flight_predicted
+    from common.core.schedules import in_flight_predicted
     from tests.test_pipeline import check_every_stage, spans_by_stage
     model, M = models.get(name), ONE_F_ONE_B["micro_batches"]
     params = _nontrivial_params(model)

@@ -14,10 +14,12 @@ from common.reports import comparison, plots, runs as report
 from common.core.contract import NotApplicable
 from common.core.modes import MODES
 from common.core import pipeline
-from common.core.pipeline import (SCHEDULES, PipelineTrainer, activation_bytes_calculated,
-                                  bytes_between_stages, check_order, check_rendezvous,
-                                  gpipe_bubble, in_flight_predicted, rank_ops, serial_order,
-                                  stage_ops, stages, with_handovers)
+from common.core import schedules
+from common.core.pipeline import PipelineTrainer
+from common.core.schedules import (SCHEDULES, activation_bytes_calculated, bytes_between_stages,
+                                   check_order, check_rendezvous, gpipe_bubble,
+                                   in_flight_predicted, rank_ops, serial_order, stage_ops, stages,
+                                   with_handovers)
 from common.core.plan import RunConfig
 from common.results.record import RECORD_KEYS, new_record, record_filename
 from tests.conftest import usage_error
@@ -496,10 +498,10 @@ def test_every_stage_check_holds_and_fails_without_a_last_backward(schedule):
 # a process each: tests/pipeline_ranks.py).
 def plant_dropped_backward():
     """A 1F1B whose stages never run micro-batch M-1's backward."""
-    ops = pipeline.stage_ops
-    pipeline.stage_ops = lambda schedule, k, s, M: [
+    ops = schedules.stage_ops
+    schedules.stage_ops = lambda schedule, k, s, M: [
         op for op in ops(schedule, k, s, M) if schedule == "gpipe" or op != ("B", M - 1)]
-    return lambda: setattr(pipeline, "stage_ops", ops)
+    return lambda: setattr(schedules, "stage_ops", ops)
 
 
 def _plant_in_1f1b_steps(calls):

@@ -506,7 +506,7 @@ def _model_record(worker_record, framework, model):
 
 @pytest.mark.parametrize("framework,model", _multi_device_cases())
 def test_model_mode_two_stages(worker_record, framework, model):
-    from common.core.pipeline import gpipe_bubble
+    from common.core.schedules import gpipe_bubble
     from common.results.record import RECORD_KEYS
     from tests.test_pipeline import check_every_stage, record_spans_by_stage
     record = _model_record(worker_record, framework, model)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from common import models
 from common.facts import machine, registry
 from common.core.contract import Backend, NotApplicable, Trainer
-from common.core.pipeline import SCHEDULES, PipelineTrainer, stages
+from common.core.pipeline import PipelineTrainer
+from common.core.schedules import SCHEDULES, stages
 from common.core.plan import RunConfig
 from common.core.scratch import ScratchTrainer
 

@@ -39,7 +39,7 @@ class RunConfig:
     eval_samples: int | None = None    # cap on the test images evaluated (None: all)
     warmup_steps: int = 2
     micro_batches: int = 1         # model mode: the batch flows through the stages in M parts
-    schedule: str = "gpipe"        # model mode: a name in common.core.pipeline.SCHEDULES
+    schedule: str = "gpipe"        # model mode: a name in common.core.schedules.SCHEDULES
     # several machines (common.launch.nodes): `devices` is then per node. network: a kind
     # of common.launch.networks.NETWORKS (real machines, where this one is node
     # `node_rank` and `master` (HOST:PORT) is node 0's address; every node simulated here

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 from common.core import modes
-from common.core.pipeline import SCHEDULES
+from common.core.schedules import SCHEDULES
 from common.core.plan import RunConfig
 from common.facts import registry
 

@@ -51,7 +51,7 @@ class Pipeline:
 
     def send(self, x, dst):
         # on gloo it returns once rank dst receives (measured: 1F1B's two stages, each
-        # sending to the other first, timed out); common.core.pipeline.rank_ops orders
+        # sending to the other first, timed out); common.core.schedules.rank_ops orders
         # the hand-overs so that no two stages wait in sends for each other
         return dist.isend(x, dst)
 
