@@ -74,6 +74,98 @@ def warm_up(backend: Backend, trainer: Trainer, ds: data_mod.Dataset, batches, i
     trainer.load_params(*initial)
     return secs
 
+class Untraced:
+    """An untraced run's timeline: no spans, and steps that do not wait for the device."""
+    spans = None
+
+    def __init__(self, backend: Backend, on_step: Callable[[], None]):
+        self.on_step = on_step
+
+    def epoch_started(self, t0: float) -> None:
+        pass
+
+    def add(self, name: str, cat: str, start: float, end: float, **args) -> None:
+        pass
+
+    def result(self, trainer: Trainer) -> dict:
+        return {}
+
+
+class Traced(Untraced):
+    """A traced run's timeline (cfg.trace): the loop's spans (common/results/trace.py)
+    with the trainer's own (all-reduce, pipeline stages), and their common mark, the
+    start of the first timed epoch; the device is synchronised after every step."""
+
+    def __init__(self, backend: Backend, on_step: Callable[[], None]):
+        self.spans, self.origin = [], None
+        self.on_step = StepClock(backend, self.spans, on_step)
+
+    def epoch_started(self, t0: float) -> None:
+        self.on_step.last = t0
+        self.origin = t0 if self.origin is None else self.origin
+
+    def add(self, name: str, cat: str, start: float, end: float, **args) -> None:
+        self.spans.append(_span(name, cat, start, end, **args))
+
+    def result(self, trainer: Trainer) -> dict:
+        return {"timeline": {"origin": self.origin,
+                             "spans": self.spans + list(getattr(trainer, "spans", []))}}
+
+
+class LinkBytes:
+    """What a node's link carried within the timed epochs ({"tx": n, "rx": n}, read from
+    its byte counters beside the clocks; evaluation left out)."""
+
+    def __init__(self, read: Callable[[], dict] | None):
+        self.read, self.carried, self.before = read, {"tx": 0, "rx": 0}, None
+
+    def start(self) -> None:
+        self.before = self.read() if self.read else None
+
+    def stop(self) -> None:
+        if self.read:
+            after = self.read()
+            self.carried = {k: self.carried[k] + after[k] - self.before[k] for k in self.carried}
+
+    def result(self) -> dict:
+        return {"link_bytes": self.carried} if self.read else {}
+
+
+def _keep_losses(out: dict, losses: np.ndarray, done: int) -> bool:
+    """An epoch's step losses into the result: its mean, the first STEP_LOSSES_KEPT of
+    the run; True where the run diverged in it (the step and the last finite loss noted:
+    the losses are read once per epoch, so that steps never wait for the host)."""
+    bad = divergence(losses, losses[0] if done == 0 else out["first_loss"])
+    out.setdefault("first_loss", float(losses[0]) if len(losses) else None)
+    room = max(0, STEP_LOSSES_KEPT - len(out["step_losses"]))
+    out["step_losses"] += [float(v) for v in losses[:room]]
+    if bad is not None:
+        finite = [float(v) for v in losses[:bad] if np.isfinite(v)]
+        out["diverged_step"] = done + bad
+        out["last_finite_loss"] = finite[-1] if finite else None
+        return True
+    out["train_loss"].append(float(np.mean(losses)))
+    return False
+
+
+def _note_target(out: dict, target: float | None) -> None:
+    """The first epoch whose test accuracy reached cfg.target_accuracy, and the training
+    time to its end (evaluation excluded); the run goes on to its epochs (every rank runs
+    them all)."""
+    if (target is not None and out.get("epochs_to_target") is None
+            and out["test_accuracy_per_epoch"][-1] >= target):
+        out["epochs_to_target"] = len(out["sec_per_epoch"])
+        out["sec_to_target"] = sum(out["sec_per_epoch"])
+
+
+def _final_loss(model, trainer: Trainer, X, y) -> float | None:
+    """A loss after the last update (the step losses come before each one): the run's
+    first batch at the final parameters, in evaluation mode; None where it is not finite
+    (a diverged run)."""
+    final = float(model.cross_entropy(np.asarray(trainer.logits(X), np.float64), y).mean())
+    return final if np.isfinite(final) else None
+
+
 def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Dataset,
           on_step: Callable[[], None] = lambda: None, evaluate: bool = True,
           on_estimate: Callable[[float], None] = lambda s: None,
@@ -81,11 +173,8 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
           link: Callable[[], dict] | None = None) -> dict:
     """Warm up, reset to the initial weights, then train and time cfg.epochs epochs.
     The device is synchronised before every clock read. With `link` (a node's byte
-    counters, {"tx": n, "rx": n}), the result's "link_bytes" holds what its link carried
-    within the timed epochs (read beside the clocks, evaluation left out). With
-    cfg.trace, the result's "timeline" holds the spans (common/results/trace.py) and
-    their common mark, the start of the first timed epoch; the device is then
-    synchronised after every step."""
+    counters), the result's "link_bytes" (LinkBytes); with cfg.trace, its "timeline"
+    (Traced)."""
     model = models.get(cfg.model)
     params0, state0 = model.init_params(cfg.seed, cfg.init), model.init_state()
     orders = [data_mod.batch_order(len(ds.X_train), cfg.batch_size, e, cfg.seed)
@@ -93,15 +182,17 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     X_test, y_test = ds.X_test[: cfg.eval_samples], ds.y_test[: cfg.eval_samples]
     out = {"sec_per_epoch": [], "train_loss": [], "step_losses": [], "test_accuracy_per_epoch": [],
            "eval_sec": []}
+    timeline = (Traced if cfg.trace else Untraced)(backend, on_step)
+    links = LinkBytes(link)
 
     # Warm-up (graph tracing, allocator growth) on the first batches, timed apart;
     # then every replica goes back to the initial weights so the run is unchanged.
     # Its last step, timed alone, gives the estimate a user sees before a long run.
     warmup = orders[0][: cfg.warmup_steps]
-    spans = [] if cfg.trace else None
     backend.synchronize()
     t0 = time.perf_counter()
-    step_secs = warm_up(backend, trainer, ds, warmup, (params0, state0), spans, cfg.execution)
+    step_secs = warm_up(backend, trainer, ds, warmup, (params0, state0), timeline.spans,
+                        cfg.execution)
     out["warmup_sec"] = time.perf_counter() - t0
     if len(warmup):
         out["estimated_sec_per_epoch"] = step_secs[-1] * len(orders[0])
@@ -112,55 +203,29 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     out["compile_sec"] = max(0.0, step_secs[0] - step_secs[-1]) if len(step_secs) > 1 else None
 
     done = 0
-    clock = StepClock(backend, spans, on_step) if spans is not None else None
-    origin = None                    # the timeline's common mark
-    carried = {"tx": 0, "rx": 0}
     for order in orders:
         backend.synchronize()
-        before = link() if link else None
+        links.start()
         t0 = time.perf_counter()
-        if clock is not None:
-            clock.last = t0
-            origin = t0 if origin is None else origin
-        handles = trainer.train_epoch(ds.X_train, ds.y_train, order, clock or on_step)
+        timeline.epoch_started(t0)
+        handles = trainer.train_epoch(ds.X_train, ds.y_train, order, timeline.on_step)
         backend.synchronize()
         end = time.perf_counter()
-        if link:
-            after = link()
-            carried = {k: carried[k] + after[k] - before[k] for k in carried}
+        links.stop()
         out["sec_per_epoch"].append(end - t0)
-        if spans is not None:
-            spans.append(_span(f"epoch {len(out['sec_per_epoch'])}", "epoch", t0, end))
-        losses = trainer.losses(handles)
-        # Divergence ends the run at the end of the epoch it shows in (the losses are
-        # read once per epoch, so that steps never wait for the host).
-        bad = divergence(losses, losses[0] if done == 0 else out["first_loss"])
-        out.setdefault("first_loss", float(losses[0]) if len(losses) else None)
-        if bad is not None:
-            finite = [float(v) for v in losses[:bad] if np.isfinite(v)]
-            out["diverged_step"] = done + bad
-            out["last_finite_loss"] = finite[-1] if finite else None
-            out["step_losses"] += [float(v) for v in losses[: max(0, STEP_LOSSES_KEPT - len(out["step_losses"]))]]
-            break
+        timeline.add(f"epoch {len(out['sec_per_epoch'])}", "epoch", t0, end)
+        if _keep_losses(out, trainer.losses(handles), done):
+            break                   # diverged: the run ends with the epoch it shows in
         done += len(order)
-        out["train_loss"].append(float(np.mean(losses)))
-        if len(out["step_losses"]) < STEP_LOSSES_KEPT:
-            out["step_losses"] += [float(v) for v in losses[: STEP_LOSSES_KEPT - len(out["step_losses"])]]
         if evaluate:
             t0 = time.perf_counter()
             pred = trainer.predict(X_test)       # NumPy: the device is done
             end = time.perf_counter()
             out["eval_sec"].append(end - t0)
-            if spans is not None:
-                spans.append(_span("evaluation", "eval", t0, end, images=len(X_test)))
+            timeline.add("evaluation", "eval", t0, end, images=len(X_test))
             on_evaluated()
             out["test_accuracy_per_epoch"].append(float((pred == y_test).mean()))
-            if (cfg.target_accuracy is not None and out.get("epochs_to_target") is None
-                    and out["test_accuracy_per_epoch"][-1] >= cfg.target_accuracy):
-                # training time to the end of the first epoch that reached it (evaluation
-                # excluded); the run goes on to its epochs (every rank runs them all)
-                out["epochs_to_target"] = len(out["sec_per_epoch"])
-                out["sec_to_target"] = sum(out["sec_per_epoch"])
+            _note_target(out, cfg.target_accuracy)
     out.pop("first_loss", None)
     if evaluate:
         out["test_accuracy"] = (out["test_accuracy_per_epoch"][-1]
@@ -172,16 +237,8 @@ def train(backend: Backend, trainer: Trainer, cfg: RunConfig, ds: data_mod.Datas
     out.update(trainer.figures())
     out["placement"] = trainer.placement()
     out["param_fingerprint"] = trainer.param_fingerprint()
-    # A loss after the last update (the step losses come before each one): the run's first
-    # batch at the final parameters, in evaluation mode (on the ranks that evaluate, as
-    # predict does); None where it is not finite (a diverged run)
+    # on the ranks that evaluate, as predict does
     first = orders[0][0] if orders and len(orders[0]) else None
-    final = (float(model.cross_entropy(np.asarray(trainer.logits(ds.X_train[first]), np.float64),
-                                       ds.y_train[first]).mean())
-             if evaluate and first is not None else None)
-    out["final_loss"] = final if final is not None and np.isfinite(final) else None
-    if link:
-        out["link_bytes"] = carried
-    if spans is not None:            # with the trainer's own (all-reduce, pipeline stages)
-        out["timeline"] = {"origin": origin, "spans": spans + list(getattr(trainer, "spans", []))}
-    return out
+    out["final_loss"] = (_final_loss(model, trainer, ds.X_train[first], ds.y_train[first])
+                         if evaluate and first is not None else None)
+    return {**out, **links.result(), **timeline.result(trainer)}
