@@ -43,7 +43,7 @@ from common.launch.launcher import thread_env
 from common.reports import predict as page
 from common.results.timing import step_sec
 from common.results.utilisation import all_devices
-from common.results.record import RecordError, load_records, model_of
+from common.results.record import RecordError, load_records, model_of, nodes_of
 
 from .cli import Parser, UsageError, int_list, positive
 
@@ -135,7 +135,7 @@ def in_turn(record: dict) -> bool:
     work takes the cores in turn; a process per device, and GPUs, compute at once. Across
     nodes, the devices of each node's one process take turns (devices counts a node's)."""
     return (record.get("device_kind") != "gpu" and record["devices"] > 1
-            and (record.get("processes") or 1) == (record.get("nodes") or 1))
+            and (record.get("processes") or 1) == nodes_of(record))
 
 
 def shares_machine(record: dict) -> bool:
@@ -143,7 +143,7 @@ def shares_machine(record: dict) -> bool:
     its caches and memory bandwidth; GPUs and real machines do not."""
     if record.get("device_kind") == "gpu":
         return False
-    return (record.get("nodes") or 1) == 1 or networks.of(record).shares_cores
+    return nodes_of(record) == 1 or networks.of(record).shares_cores
 
 
 def _row_key(r: dict) -> tuple:
@@ -220,7 +220,7 @@ def _parse(argv) -> tuple[argparse.Namespace, list[dict]]:
 def fitted(record: dict, fit_batches) -> bool:
     """Whether compute is fitted on this row: one device on one node (devices counts a
     node's), at one of the fit batch sizes when they are given."""
-    return (record["devices"] == 1 and (record.get("nodes") or 1) == 1
+    return (record["devices"] == 1 and nodes_of(record) == 1
             and (not fit_batches or record["batch_size"] in fit_batches))
 
 
@@ -307,7 +307,7 @@ def main(argv=None) -> int:
                                f"{cores} cores; predicting it needs 1-device runs at {n * cores} "
                                f"cores (--cores-per-device {n * cores} --devices 1)")
                 continue
-        variant = ("native" if (r.get("nodes") or 1) > 1 else ALLREDUCE_VARIANT.get(mode, "native"))
+        variant = ("native" if nodes_of(r) > 1 else ALLREDUCE_VARIANT.get(mode, "native"))
         link = link_for(framework, variant)
         if link is None:
             skipped.append(f"{framework} {mode} x{k}: {_no_link(args, framework, variant)}")
@@ -316,7 +316,7 @@ def main(argv=None) -> int:
                      1.0 if turns or not shares_machine(r) else contention(k), n)
         measured = step_sec(r)
         checks.append({"model": model, "framework": framework, "mode": mode,
-                       "execution": execution, "k": k, "nodes": r.get("nodes") or 1,
+                       "execution": execution, "k": k, "nodes": nodes_of(r),
                        "batch": r["batch_size"], "scaling": r.get("scaling") or "fixed",
                        "devices run": "in turn" if turns else "at once",
                        "t1": pr["t1"], "t2": pr["t2"], "predicted": pr["step"],

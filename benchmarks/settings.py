@@ -24,7 +24,7 @@ from common.facts import machine, registry, settings
 from common.launch import netns, networks
 from common.reports import settings as page
 from common.reports.decisions import SeveralKinds, decide, merged
-from common.results.record import write_atomic
+from common.results.record import nodes_of, write_atomic
 from common.results.timing import step_sec
 
 from .cli import (UsageError, command_parser, names, positive, positive_float, recorded_command,
@@ -122,7 +122,7 @@ def plan(args) -> list[dict]:
                                    {"nodes": args.nodes, "link": link,
                                     "batch": args.nodes * models.get(model).COMMANDS["links"]["batch"]}
                                    if args.nodes > 1 else {})})
-    if not any(g["arms"] or g.get("nodes", 1) > 1 for g in groups):
+    if not any(g["arms"] or nodes_of(g) > 1 for g in groups):
         raise UsageError("no setting to measure: none of the frameworks' settings applies "
                          f"to this machine's {device_kind} runs (see common/facts/settings.py)")
     return groups
@@ -148,7 +148,7 @@ def _config(args, g: dict, names_: list[str], execution: str) -> dict:
            "execution": execution, "dataset": args.dataset, "data_dir": args.data_dir,
            "epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch,
            "threads": args.threads, "settings": names_}
-    if g.get("nodes", 1) > 1:
+    if nodes_of(g) > 1:
         # as benchmarks.links runs its nodes: a core each, the model's batch per node
         cfg.update(nodes=g["nodes"], network=settings.ACROSS_NETWORK, link=g["link"], cores_per_device=1,
                    batch_size=g["batch"], steps_per_epoch=args.steps_per_epoch or
@@ -158,7 +158,7 @@ def _config(args, g: dict, names_: list[str], execution: str) -> dict:
 
 def _tag(g: dict) -> str:
     tag = f"{g['model']}-{g['framework']}-{g['mode']}"
-    return tag + (f"-n{g['nodes']}-{g['link']}" if g.get("nodes", 1) > 1 else "")
+    return tag + (f"-n{g['nodes']}-{g['link']}" if nodes_of(g) > 1 else "")
 
 
 def _path(out: Path, g: dict, label: str, rep: int) -> Path:
@@ -186,7 +186,7 @@ def _run_arms(args, g: dict, arm_list: list, out: Path, stop, limits: bool = Fal
             _run(_config(args, g, names_, execution), path, out, stop)
             if stop.signum:
                 return
-        if limits and g.get("nodes", 1) > 1:
+        if limits and nodes_of(g) > 1:
             print(f"{_tag(g)} t1 and t2 (repeat {rep + 1})", flush=True)
             one = {**_config(args, g, [], default), "nodes": 1, "network": networks.DEFAULT,
                    "link": None, "batch_size": g["batch"] // g["nodes"]}
@@ -206,7 +206,7 @@ def _records(out: Path, g: dict, label: str) -> list[dict]:
 def limits(out: Path, g: dict) -> dict | None:
     """A group across nodes: its t1 and t2, and its steps at the defaults and at its best
     (each the median over the rounds), from its records and probes alone; None on one node."""
-    if g.get("nodes", 1) == 1:
+    if nodes_of(g) == 1:
         return None
     from common.reports.links import probe_sec
 
@@ -268,7 +268,7 @@ def measure(args, groups: list[dict], out: Path) -> int:
     with Interrupts() as stop:
         for g in groups:
             # across nodes, the defaults' step against t1 and t2 even with no setting to try
-            if g["arms"] or g.get("nodes", 1) > 1:
+            if g["arms"] or nodes_of(g) > 1:
                 _run_arms(args, g, g["arms"], out, stop, limits=True)
                 if stop.signum:
                     break
@@ -292,7 +292,7 @@ def judged(results: dict, out: Path) -> dict:
     for g in results["groups"]:
         decisions, best, error = decisions_of(out, g, results["noise"])
         g = {**g, "decisions": decisions, "best": best, "error": error}
-        groups.append({**g, "limits": limits(out, g)} if g.get("nodes", 1) > 1 else g)
+        groups.append({**g, "limits": limits(out, g)} if nodes_of(g) > 1 else g)
     return {**results, "groups": groups}
 
 

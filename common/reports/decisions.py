@@ -12,6 +12,7 @@ from common import models
 from common.facts import settings
 from common.results.timing import timing
 from common.reports.verdict import TOO_FEW, says, verdict
+from common.results.record import nodes_of
 
 
 class SeveralKinds(ValueError):
@@ -108,7 +109,7 @@ def merged(runs: list[dict]) -> dict:
         for g in r["groups"]:
             base, best = best_of(g)
             ratio = best / base if base and best else 1.0
-            key = (g["framework"], g["model"], g["mode"], g.get("nodes", 1))
+            key = (g["framework"], g["model"], g["mode"], nodes_of(g))
             if key not in chosen or ratio <= chosen[key][0]:
                 chosen[key] = (ratio, g)
     return {"machine_kind": kinds.pop(), "env": runs[-1]["env"],

@@ -33,7 +33,7 @@ from common.reports.formats import ms
 from common.reports.plots import colour, save_figure
 from common.reports.runs import machine_lines
 from common.results.timing import step_sec
-from common.results.record import RecordError, load_records
+from common.results.record import RecordError, load_records, nodes_of
 
 
 MB = 1e6
@@ -128,7 +128,7 @@ def load(out: Path) -> dict:
         for r in _records(folder):
             data["records"].append(r)
             data["ps"].append(Row("lenet", r["framework"], (r.get("link") or {}).get("rate", "?"),
-                                  r.get("nodes") or 1, _placement(r), r))
+                                  nodes_of(r), _placement(r), r))
     for p in sorted((out / "ps").glob("probe-*.json")) if (out / "ps").is_dir() else []:
         n = int(p.name.split("-")[1][1:])
         data["ps_probes"][n] = json.loads(p.read_text())
@@ -138,7 +138,7 @@ def load(out: Path) -> dict:
 def _placement(r: dict) -> str | None:
     if not r.get("servers"):
         return None
-    return "one" if r["servers"] == 1 and (r.get("nodes") or 1) > 1 else "per-node"
+    return "one" if r["servers"] == 1 and nodes_of(r) > 1 else "per-node"
 
 
 def _node_batch(rows: list[Row]) -> int | None:

@@ -17,7 +17,7 @@ from common.facts import registry
 from common.facts.machine import cpu_line
 from common.launch import networks
 from common.reports import settings as settings_report, utilisation
-from common.results.record import model_of, schedule_of
+from common.results.record import model_of, nodes_of, schedule_of
 from common.results.timing import NOISE_THRESHOLD, _median, repeat_figures, timing
 from common.results.utilisation import all_devices
 
@@ -86,7 +86,7 @@ def ideal_speedup(record: dict) -> int:
     1 for k virtual CPU devices that share the same cores (a 1-device run already uses
     them all)."""
     own = (record.get("device_kind") == "gpu" or record.get("cores_per_device")
-           or ((record.get("nodes") or 1) > 1 and not networks.of(record).shares_cores))
+           or (nodes_of(record) > 1 and not networks.of(record).shares_cores))
     return all_devices(record) if own else 1
 
 
@@ -123,7 +123,7 @@ def mode_label(r: dict) -> str:
     schedule = schedule_of(r)
     return (r["mode"] + (" sync-bn" if r.get("sync_bn") else "")
             + (f" {schedule}" if schedule else "")
-            + (f" {r['nodes']} nodes" if (r.get("nodes") or 1) > 1 else "")
+            + (f" {r['nodes']} nodes" if nodes_of(r) > 1 else "")
             # a run with settings of its framework's table is labelled so wherever it shows
             + (f" tuned ({'+'.join(names)})" if (names := settings_names(r)) else ""))
 
@@ -410,7 +410,7 @@ def definitions(rows: list[dict], records: list[dict]) -> list[str]:
         lines.append("No GPU here: every row ran on the CPU. Virtual devices (--devices 1,2) would "
                      "share its cores, so their ideal speed-up is 1; the default on a CPU runs 1 "
                      "device for that reason.")
-    across = [r for r in records if (r.get("nodes") or 1) > 1]
+    across = [r for r in records if nodes_of(r) > 1]
     if across:
         r = across[0]
         lines.append("N nodes: a run across N machines, each framework on its own engine (each "

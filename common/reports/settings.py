@@ -7,7 +7,7 @@ from common.facts.machine import cpu_line
 from common.launch import networks
 from common.reports.decisions import agree_steps, best_of
 from common.reports.formats import ms
-from common.results.record import model_of
+from common.results.record import model_of, nodes_of
 
 # issue 37's aims for a framework at its best: within 1.5x of the fastest framework's
 # best; across nodes, its step within 1.15x of max(t1, t2) (compute or communication,
@@ -18,7 +18,7 @@ LINK_GOAL = 1.15
 
 def mode_cell(g: dict) -> str:
     """A group's mode, and its nodes and link where it ran across nodes."""
-    nodes = g.get("nodes", 1)
+    nodes = nodes_of(g)
     return g["mode"] + (f", {nodes} nodes at {g['link']}" if nodes > 1 else "")
 
 
@@ -62,7 +62,7 @@ def against_fastest(groups: list[dict]) -> list[str]:
     fastest default), and whether each best is within GOAL of the fastest; [] where a
     model has fewer than two frameworks measured."""
     out = []
-    groups = [g for g in groups if g.get("nodes", 1) == 1]     # one device each
+    groups = [g for g in groups if nodes_of(g) == 1]     # one device each
     for model in dict.fromkeys(g["model"] for g in groups):
         rows = [(g, *best_of(g)) for g in groups if g["model"] == model and not g.get("error")]
         rows = [(g, base, best) for g, base, best in rows if base and best]

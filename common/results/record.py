@@ -143,7 +143,7 @@ def record_filename(record: dict) -> str:
     # runs (a GPipe run's file keeps the name it had before the schedule was a choice)
     ran = schedule_of(record)
     schedule = f"-{ran}" if ran and ran != RunConfig.schedule else ""
-    nodes = f"{record['nodes']}nodes-" if (record.get("nodes") or 1) > 1 else ""
+    nodes = f"{record['nodes']}nodes-" if nodes_of(record) > 1 else ""
     # a tuned run (compare --settings) never takes a default run's file
     tuned = "-tuned-" + "+".join(record["settings"]) if record.get("settings") else ""
     return (f"{model}{record['framework']}-{record['mode']}{sync}{execution}{schedule}{tuned}-"
@@ -169,6 +169,12 @@ def model_of(record: dict) -> str:
     """A record's model (or a report row's, a history line's), read the one way: a record
     from before models were named is LeNet's."""
     return record.get("model") or MODEL_BEFORE_MODELS
+
+
+def nodes_of(record: dict) -> int:
+    """The machines a run spanned (a record, a report row, a settings group), read the one
+    way: one where it says none (a record from before runs spanned machines)."""
+    return record.get("nodes") or 1
 
 
 def read_record(path: str | os.PathLike) -> dict:

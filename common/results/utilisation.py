@@ -19,6 +19,7 @@ import statistics
 
 from common import models
 from common.facts import peaks
+from common.results.record import nodes_of
 
 NO_CPU_PEAK = ("no CPU peak measured for this run: python -m benchmarks.compare measures one "
                "(a float32 GEMM, --peak-gemm-size) before its workers; a run on its own has none")
@@ -39,7 +40,7 @@ def interval95(xs: list[float]) -> tuple[float, float] | None:
 
 def all_devices(record: dict) -> int:
     """Devices over every node of a run (devices is per node)."""
-    return record["devices"] * (record.get("nodes") or 1)
+    return record["devices"] * nodes_of(record)
 
 
 def sharing(record: dict, nodes_share_cores: bool) -> int:
@@ -50,7 +51,7 @@ def sharing(record: dict, nodes_share_cores: bool) -> int:
     device of the machine (virtual devices, or a process per device, on the same cores)."""
     if record.get("cores_per_device"):
         return 1
-    if (record.get("nodes") or 1) > 1 and not nodes_share_cores:
+    if nodes_of(record) > 1 and not nodes_share_cores:
         return record["devices"]
     return all_devices(record)
 
