@@ -39,7 +39,7 @@ data:
 	  echo "note: could not install Debian's dataset-fashion-mnist; compare will look elsewhere"
 
 # Debian's slurm-wlm (22.05) and munge: tests/test_slurm.py brings up its own controller
-# and a node daemon in each emulated node (tests/slurm_cluster.py); none is started here
+# and a node daemon in each emulated node (tests/helpers/slurm_cluster.py); none is started here
 slurm:
 	@{ command -v slurmd && command -v munged; } >/dev/null || { command -v apt-get >/dev/null && \
 	  [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
@@ -59,7 +59,7 @@ test: $(STAMPS)
 # The suite under each kernel path this CPU can run (the machine's own, torch's dispatch
 # capped at default / avx2 / avx512, oneDNN capped at AVX2): about five times make test
 test-kernel-paths: $(STAMPS)
-	$(PY) -m tests.kernel_paths $(ARGS)
+	$(PY) -m tests.helpers.kernel_paths $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(foreach e,$(ENVS),$(VENV)-$(e)) results .pytest_cache

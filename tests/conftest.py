@@ -273,7 +273,7 @@ def planted_run(tmp_path: Path, plant: str, cfg: dict) -> dict:
 @pytest.fixture(scope="session")
 def conformance(tmp_path_factory):
     """framework -> {check: result}, each framework's checks run once, in its own process."""
-    return per_framework(tmp_path_factory, "tests.conformance")
+    return per_framework(tmp_path_factory, "tests.helpers.conformance")
 
 
 # The batch and learning rate of the tests' worker runs, per model: LeNet's are the
@@ -285,7 +285,7 @@ def conformance(tmp_path_factory):
 # tests/test_training.py were measured from it; the checks that need every parameter to
 # matter (model mode, nodes) give init="glorot" themselves.
 # The checks read no accuracy, so evaluation is capped: it still runs (every trainer's
-# evaluation is held to the oracle in tests/conformance.py). ResNet-18's losses are
+# evaluation is held to the oracle in tests/helpers/conformance.py). ResNet-18's losses are
 # compared over their first 2 steps, all they run, after one warm-up step (compile_sec,
 # which needs two, is checked on LeNet).
 RUN_SHAPE = {"lenet": {"batch_size": 256, "lr": 0.2, "steps_per_epoch": 20, "init": "chapter",
@@ -295,7 +295,7 @@ RUN_SHAPE = {"lenet": {"batch_size": 256, "lr": 0.2, "steps_per_epoch": 20, "ini
 
 
 class WorkerServer:
-    """tests/worker_server.py for one framework at a time: the worker runs of
+    """tests/helpers/worker_server.py for one framework at a time: the worker runs of
     worker_record that need nothing at their process's start (`served`) share its
     start-up. A request for another framework ends the one running (the tests of
     tests/test_training.py come grouped by framework: pytest_collection_modifyitems);
@@ -307,12 +307,12 @@ class WorkerServer:
     def run(self, framework: str, cfg: dict, out: Path, timeout: int = 600) -> str | None:
         """None once the record is written, else why not."""
         import threading
-        from tests.worker_server import DONE
+        from tests.helpers.worker_server import DONE
         if self.framework != framework or self.proc is None or self.proc.poll() is not None:
             self.close()
             self.framework, self.log = framework, self.folder / f"{framework}.log"
             self.proc = subprocess.Popen(
-                [registry.python(framework), "-m", "tests.worker_server", framework], cwd=ROOT,
+                [registry.python(framework), "-m", "tests.helpers.worker_server", framework], cwd=ROOT,
                 env=subprocess_env(THREADS), text=True, stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=self.log.open("w"))
         watchdog = threading.Timer(timeout, self.proc.kill)

@@ -1,4 +1,4 @@
-"""The contract's checks (tests/conformance.py), one test per framework, check and
+"""The contract's checks (tests/helpers/conformance.py), one test per framework, check and
 model, each framework in a process of its own. A check whose capability the
 framework lists as a known gap shows as skipped with the gap's reason."""
 import json
@@ -9,7 +9,7 @@ import pytest
 
 from common import models
 from common.facts import registry
-from tests.conformance import check_ids
+from tests.helpers.conformance import check_ids
 from tests.conftest import covered, run_python
 from tests.test_pipeline import PLANTED_1F1B_FAILS
 
@@ -27,7 +27,7 @@ def test_predict_check_fails_on_a_planted_bug():
     """The evaluation check holds predictions to the oracle's labels, not to the
     trainer's own logits: a predict that is off by one class, or that returns the
     argmax of logits from other weights, fails it; the oracle's own labels pass."""
-    from tests.conformance import _batch, _nontrivial_params, _predict_matches_oracle
+    from tests.helpers.conformance import _batch, _nontrivial_params, _predict_matches_oracle
     model = models.get("lenet")
     X, _ = _batch(64, seed=7)
     want = model.forward(_nontrivial_params(model), X)
@@ -45,7 +45,7 @@ class _OracleTrainer:
     or, planted, in its training mode (each batch normalised by its own statistics)."""
 
     def __init__(self, model, batch_statistics: bool):
-        from tests.conformance import _nontrivial_params, _rng
+        from tests.helpers.conformance import _nontrivial_params, _rng
         self.model, self.batch_statistics = model, batch_statistics
         self.params = _nontrivial_params(model)
         r = _rng(11)
@@ -72,7 +72,7 @@ def test_evaluation_check_fails_when_evaluation_uses_batch_statistics():
     on ResNet-18: the oracle's evaluation-mode forward passes it; the same forward with
     BatchNorm in training mode (the batch's statistics instead of the running ones, as a
     trainer left in training mode evaluates) fails it."""
-    from tests.conformance import TOLERANCES, _evaluation_matches_oracle
+    from tests.helpers.conformance import TOLERANCES, _evaluation_matches_oracle
     model = models.get("resnet18")
     _evaluation_matches_oracle(_OracleTrainer(model, False), model, TOLERANCES["resnet18"], "eval")
     with pytest.raises(AssertionError, match="evaluation logits vs the oracle's evaluation forward"):
@@ -86,7 +86,7 @@ def test_gradient_check_fails_on_a_wrong_small_gradient():
     gradient wrong (the last block's first BatchNorm shift: zeroed, or 20% too large) or a
     conv bias before BatchNorm handed back a non-zero gradient fail it, where the old
     comparison, 5e-2 of the model's largest gradient, passed all three."""
-    from tests.conformance import (ORACLE_BATCH, TOLERANCES, _batch, _close, _grads_close,
+    from tests.helpers.conformance import (ORACLE_BATCH, TOLERANCES, _batch, _close, _grads_close,
                                    _nontrivial_params)
     model, tol = models.get("resnet18"), TOLERANCES["resnet18"]
     X, y = _batch(ORACLE_BATCH["resnet18"])
@@ -115,7 +115,7 @@ def test_parameter_check_fails_on_a_wrong_small_update():
     left where it started, or stepped twice as far) or a conv bias before BatchNorm moved
     by its BatchNorm's shift's update fail it, where the old comparison, 5e-2 of the
     model's largest update, passed all three."""
-    from tests.conformance import (CHECK_LR, ORACLE_BATCH, TOLERANCES, _batch, _close,
+    from tests.helpers.conformance import (CHECK_LR, ORACLE_BATCH, TOLERANCES, _batch, _close,
                                    _nontrivial_params, _updates_close)
     model, tol = models.get("resnet18"), TOLERANCES["resnet18"]
     X, y = _batch(ORACLE_BATCH["resnet18"])
@@ -147,7 +147,7 @@ FIRST_KEEPERS = [f for f in ("mxnet", "tensorflow", "jax") if f in covered()
 PLANTED_1F1B_RUN = """
 import json, sys
 from common.facts import registry
-from tests.conformance import model_mode_1f1b_equals_gpipe, model_mode_matches_oracle
+from tests.helpers.conformance import model_mode_1f1b_equals_gpipe, model_mode_matches_oracle
 from tests.test_pipeline import PLANTED_1F1B
 b = registry.get(sys.argv[1])
 b.setup(cpu_devices=2, threads=1)
@@ -224,7 +224,7 @@ REPLICATED_BATCH = {
 PLANTED_PLACEMENT_RUN = """
 import sys
 from common.facts import registry
-from tests.conformance import native_trainer_matches_oracle
+from tests.helpers.conformance import native_trainer_matches_oracle
 b = registry.get(sys.argv[1])
 b.setup(cpu_devices=2, threads=1)
 exec(sys.argv[2])
@@ -250,7 +250,7 @@ def test_native_check_fails_when_the_batch_is_copied_to_every_device(plant):
 
 
 # The same check on the send/recv path: stages in processes of their own (PyTorch and
-# Paddle on a CPU; tests/pipeline_ranks.py runs GPipe, 1F1B and 1F1B with planted bugs
+# Paddle on a CPU; tests/helpers/pipeline_ranks.py runs GPipe, 1F1B and 1F1B with planted bugs
 # in one start-up of the ranks), every parameter of the 1F1B run against the GPipe run's
 # (the worker's records carry fingerprints only). Measured (2 steps): step losses 0 to
 # 1.0e-7 apart, parameters 2.5e-9 to 6.9e-8 of a tensor's largest value, in both; with
@@ -262,7 +262,7 @@ RANKED_STAGES = [f for f in covered() if registry.facts(f).native_processes
 
 @pytest.fixture(scope="module")
 def rank_runs(tmp_path_factory):
-    """framework -> tests/pipeline_ranks.py's runs, run once per framework: per run the
+    """framework -> tests/helpers/pipeline_ranks.py's runs, run once per framework: per run the
     losses, peaks, the record's gathered spans (and ResNet-18's report), the parameters
     and statistics of both ranks' stages ("RUN/INDEX", "RUN/state/INDEX" -> array), each
     rank's own spans per run, and ResNet-18's oracle."""
@@ -271,7 +271,7 @@ def rank_runs(tmp_path_factory):
     def get(framework):
         if framework not in cache:
             folder = tmp_path_factory.mktemp(f"ranks-{framework}")
-            proc = run_python(["-m", "tests.pipeline_ranks", framework, str(folder)],
+            proc = run_python(["-m", "tests.helpers.pipeline_ranks", framework, str(folder)],
                               framework=framework)
             assert proc.returncode == 0, proc.stderr[-3000:]
             params, spans = {}, {}
@@ -291,7 +291,7 @@ def _ranked_1f1b_equals_gpipe(runs, params, run):
     """The 1F1B run `run` against the GPipe run, as model_mode_1f1b_equals_gpipe holds
     them in one process: every parameter (first, so that a failure names the first tensor
     that differs), the step losses and the tapes alive at once."""
-    from tests.conformance import ONE_F_ONE_B, _close
+    from tests.helpers.conformance import ONE_F_ONE_B, _close
     model, M = models.get("lenet"), ONE_F_ONE_B["micro_batches"]
     assert runs["gpipe"]["peak"] == [M, M], runs["gpipe"]["peak"]
     for i, pname in enumerate(model.PARAM_NAMES):
@@ -321,7 +321,7 @@ def test_1f1b_equals_gpipe_with_a_process_per_stage(framework, rank_runs):
 def _ranked_spans(runs, spans, run) -> None:
     """check_every_stage on a run with a process per stage: each rank's own spans (its
     stage's alone), then the record's, both ranks' gathered."""
-    from tests.pipeline_ranks import MICRO_BATCHES, RUNS
+    from tests.helpers.pipeline_ranks import MICRO_BATCHES, RUNS
     from tests.test_pipeline import check_every_stage, record_spans_by_stage, spans_by_stage
     name, schedule, _ = RUNS[run]
     M = MICRO_BATCHES[name]
@@ -350,7 +350,7 @@ def test_every_stage_spans_with_a_process_per_stage(framework, rank_runs):
         _ranked_spans(runs, spans, "1f1b, gathered part cut")
 
 
-# ResNet-18 with a process per stage (tests/pipeline_ranks.py: M = 2, one step) against
+# ResNet-18 with a process per stage (tests/helpers/pipeline_ranks.py: M = 2, one step) against
 # the oracle micro-batch by micro-batch, as model_mode_matches_oracle holds one process's
 # stages: the step loss, every parameter's update and the running statistics (the
 # ranks' own tensors), then what the run reports of them (its fingerprint, gathered, as
@@ -366,7 +366,7 @@ RANKED_FINAL_LOSS = {"oracle": 2e-3, "own tensors": 1e-5}
 
 
 def _ranked_resnet18_matches_oracle(runs, params, oracle, run) -> None:
-    from tests.conformance import (ORACLE_BATCH, TOLERANCES, _batch, _close,
+    from tests.helpers.conformance import (ORACLE_BATCH, TOLERANCES, _batch, _close,
                                    _nontrivial_params, _updates_close)
     from tests.test_training import UPDATE_RTOL, _update_errors
     model, tol = models.get("resnet18"), TOLERANCES["resnet18"]
@@ -421,7 +421,7 @@ def test_resnet18_with_a_process_per_stage_matches_the_oracle(framework, rank_ru
 PLANTED_DEFAULT_EXECUTION_RUN = """
 import sys
 from common.facts import registry
-from tests.conformance import scratch_two_devices_match_oracle
+from tests.helpers.conformance import scratch_two_devices_match_oracle
 b = registry.get(sys.argv[1])
 b.setup(cpu_devices=2, threads=1)
 default = registry.default_execution(b.name, "scratch")

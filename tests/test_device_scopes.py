@@ -3,7 +3,7 @@ framework's shared-LSTM model against the NumPy oracle, forward and backward; it
 two-branch placement equal to its one-device model step for step, each part where the
 placement says; the frameworks' step losses against one another; the command's
 records, report, crash handling and bad input. Each framework runs in a process of
-its own (tests/scopes_checks.py, or the command's worker)."""
+its own (tests/helpers/scopes_checks.py, or the command's worker)."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ from common.facts import registry
 from tests.conftest import (ROOT, covered, having, incomplete_subclass_error, lacking,
                             per_framework, subprocess_env, usage_error)
 
-# Float32 tolerances, measured (tests/scopes_checks.py, all five frameworks, CPU). The
+# Float32 tolerances, measured (tests/helpers/scopes_checks.py, all five frameworks, CPU). The
 # oracle is float64; a framework's float32 LSTM rounds in every gate of every step,
 # and backpropagation through time sums over T steps x the batch x 256 inputs.
 # Measured errors relative to the largest value compared: probabilities <= 1.4e-7,
@@ -37,10 +37,10 @@ SAME = 1e-6
 
 @pytest.fixture(scope="session")
 def checks(tmp_path_factory):
-    """framework -> tests/scopes_checks.py's measurements, made once in its own process
+    """framework -> tests/helpers/scopes_checks.py's measurements, made once in its own process
     (one thread: OpenMP threads that wait for a descheduled sibling stall PyTorch's LSTM
     for seconds on a busy 2-core machine)."""
-    return per_framework(tmp_path_factory, "tests.scopes_checks", threads=1, timeout=300)
+    return per_framework(tmp_path_factory, "tests.helpers.scopes_checks", threads=1, timeout=300)
 
 
 PLANTED = "two-branch-unshared"     # scopes_checks' planted bug: it must fail the checks

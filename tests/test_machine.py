@@ -111,7 +111,7 @@ def test_the_avx2_path_turns_numpys_avx512_kernels_off(framework):
     on this AVX-512 CPU, in the main environment (NumPy 2.4) and MXNet's (1.26). Planted:
     the old names (issue 49: "AVX2", "AVX512F") under NumPy 2.4, and X86_V4 alone, which
     leave AVX-512 targets on."""
-    from tests.kernel_paths import AVX2_EVERYWHERE
+    from tests.helpers.kernel_paths import AVX2_EVERYWHERE
     if framework and not registry.is_installed(framework):
         pytest.skip(f"{framework}'s environment is not installed")
     python = registry.python(framework) if framework else sys.executable
@@ -126,7 +126,7 @@ def test_the_avx2_path_caps_xlas_code_generation():
     """XLA takes the AVX2 path's --xla_cpu_max_isa (an unknown ISA is only warned of, and
     the flag is then nothing: planted, BOGUS)."""
     pytest.importorskip("jax")
-    from tests.kernel_paths import AVX2_EVERYWHERE
+    from tests.helpers.kernel_paths import AVX2_EVERYWHERE
 
     def stderr(flags):
         code = "import jax.numpy as jnp; print(float(jnp.exp(jnp.ones(8)).sum()))"

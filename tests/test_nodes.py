@@ -19,10 +19,10 @@ from common.facts import registry
 from common import models
 from common.launch import netns
 from common.launch.launcher import free_port
-from tests.conformance import placement_is
+from tests.helpers.conformance import placement_is
 # run in this file's worker (see its docstring)
-from tests.link_faults import _ours
-from tests.link_faults import (  # noqa: F401
+from tests.helpers.link_faults import _ours
+from tests.helpers.link_faults import (  # noqa: F401
     test_a_cut_and_a_throttled_link_end_their_runs_in_bound_naming_the_link,
     test_the_links_state_names_a_link_down_and_one_throttled)
 from tests.conftest import (RUN_SHAPE, ROOT, covered, having, interrupt, lacking, planted_run,

@@ -419,7 +419,7 @@ def trace_spans_by_stage(t: dict) -> dict[int, list[str]]:
 
 
 # Planted bugs for check_every_stage, each planted in this process (every rank of a run,
-# tests/pipeline_ranks.py) and returning what undoes it.
+# tests/helpers/pipeline_ranks.py) and returning what undoes it.
 def plant_last_backward_unspanned(stage: int = 1):
     """Stage `stage` (its rank) runs its last backward but keeps no span of it."""
     step = pipeline.PipelineTrainer.step
@@ -495,7 +495,7 @@ def test_every_stage_check_holds_and_fails_without_a_last_backward(schedule):
 # Planted bugs for the 1F1B check (conformance's model_mode_1f1b_equals_gpipe), each a
 # function that plants it in this process and returns what undoes it: here on the toy
 # backend, in tests/test_conformance.py on a framework's (stages in one process, and in
-# a process each: tests/pipeline_ranks.py).
+# a process each: tests/helpers/pipeline_ranks.py).
 def plant_dropped_backward():
     """A 1F1B whose stages never run micro-batch M-1's backward."""
     ops = schedules.stage_ops
@@ -586,7 +586,7 @@ def test_1f1b_check_holds_and_fails_on_planted_bugs(plant):
     """The conformance check model_mode_1f1b_equals_gpipe, run on the toy backend (whose
     gradient sums start at `first`): it holds as the loop is, and fails with the bug
     planted."""
-    from tests.conformance import model_mode_1f1b_equals_gpipe
+    from tests.helpers.conformance import model_mode_1f1b_equals_gpipe
     model_mode_1f1b_equals_gpipe(Toy(), "lenet")
     undo = PLANTED_1F1B[plant]()
     try:
@@ -599,7 +599,7 @@ def test_1f1b_check_holds_and_fails_on_planted_bugs(plant):
 def test_1f1b_run_stage_after_stage_is_refused(monkeypatch):
     """A 1F1B run in one process stage after stage (a backward before the next stage
     handed its gradient back) is refused when the trainer is built."""
-    from tests.conformance import model_mode_1f1b_equals_gpipe
+    from tests.helpers.conformance import model_mode_1f1b_equals_gpipe
     monkeypatch.setattr(pipeline, "serial_order", lambda schedule, k, M: [
         (s, *op) for s in range(k) for op in stage_ops(schedule, k, s, M)])
     with pytest.raises(ValueError, match=r"stage 0 runs B\d before stage 1's B\d handed it over"):

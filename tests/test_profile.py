@@ -1,7 +1,7 @@
 """benchmarks.profile's attribution (common/results/profile.py) on events whose answer is
 known, the layers' counted FLOPs against the models' own counts, every framework's rule
 table, and the command's bad input. No framework is imported here: the real profiles of
-every framework are checked in their conformance process (tests/conformance.py)."""
+every framework are checked in their conformance process (tests/helpers/conformance.py)."""
 import ast
 from pathlib import Path
 

@@ -1,6 +1,6 @@
 """Machines from Slurm (common/launch/slurm.py, compare --network slurm): the allocation
 read from the variables srun sets (its host-list syntax expanded as `scontrol show
-hostnames` does), and a real Slurm (Debian's slurm-wlm, tests/slurm_cluster.py: a slurmd in
+hostnames` does), and a real Slurm (Debian's slurm-wlm, tests/helpers/slurm_cluster.py: a slurmd in
 each emulated node's namespace) running compare under `srun --ntasks-per-node=1` across 2
 nodes, held to the one-process oracle as tests/test_nodes.py holds every node run."""
 import json
@@ -15,12 +15,12 @@ from benchmarks.cli import UsageError
 from common.facts import registry
 from common.launch import netns, slurm
 from common.launch.slurm import SlurmError, allocation, expand_hostlist
-from tests import slurm_cluster
+from tests.helpers import slurm_cluster
 from tests.conftest import ROOT, covered, required
 from tests.test_nodes import INIT, STEPS, _as_one_process, _spans_the_nodes
 
 # What a real srun set for the task on node n1 of `srun -N2 --ntasks-per-node=1` inside
-# job 1 (Slurm 22.05.8, tests/slurm_cluster.py), the SLURM_* variables as they were
+# job 1 (Slurm 22.05.8, tests/helpers/slurm_cluster.py), the SLURM_* variables as they were
 SRUN_N1 = {
     "SLURMD_NODENAME": "n1", "SLURM_CLUSTER_NAME": "dlc", "SLURM_CPUS_ON_NODE": "2",
     "SLURM_GTIDS": "1", "SLURM_JOBID": "1", "SLURM_JOB_CPUS_PER_NODE": "2(x2)",

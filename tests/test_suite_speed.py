@@ -1,5 +1,5 @@
 """What keeps the suite fast does not change what it checks. The tests' worker server
-(tests/worker_server.py) gives the record a process of its own gives: a run served after
+(tests/helpers/worker_server.py) gives the record a process of its own gives: a run served after
 another run equals the same run started alone, step loss by step loss and parameter by
 parameter, and one that a previous run's process-wide state reached does not (planted: a
 run with torch.autocast's process-wide setting served first, the reason conftest.served

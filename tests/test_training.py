@@ -10,7 +10,7 @@ import pytest
 from common.facts import data, registry
 from common import models
 from common.core.contract import NeedsGPU
-from tests.conformance import _zero_in_theory, placement_is
+from tests.helpers.conformance import _zero_in_theory, placement_is
 from tests.conftest import RUN_SHAPE, covered, planted_run
 
 # How closely step losses must agree (absolute): one bound per compared step, from the
@@ -87,7 +87,7 @@ def _ok(record):
 
 
 # ResNet-18's multi-device worker runs (native x2, 2 stages) where they take another path
-# than the in-process checks of the same trainers in tests/conformance.py (native on 2
+# than the in-process checks of the same trainers in tests/helpers/conformance.py (native on 2
 # devices against the oracle per shard, 2 stages against it per micro-batch): a process
 # per device or stage (PyTorch and Paddle on a CPU). Elsewhere the worker adds only the
 # loop and the record, which LeNet's runs of every framework and mode go through, at a
@@ -113,7 +113,7 @@ def test_native_two_devices_matches_scratch(worker_record, framework, model):
     _ok(native)
     assert len(native["device_names"]) == 2
     if native["placement"] is not None:     # where the numbers do not show where the batch
-        # went (tests/conformance.py plants a batch copied to both devices)
+        # went (tests/helpers/conformance.py plants a batch copied to both devices)
         placement_is(native["placement"], models.get(model), 2, 1, 2,
                      RUN_SHAPE[model]["batch_size"], "native x2")
     if registry.facts(framework).native_processes:
@@ -133,7 +133,7 @@ def test_native_two_devices_matches_scratch(worker_record, framework, model):
             _same_update(run, _glorot_oracle(), model, f"{name} vs the oracle")
     else:
         # against the oracle run per shard, where scratch x2 is held too (in-process, in
-        # tests/conformance.py): a worker run of scratch x2 here would add a framework
+        # tests/helpers/conformance.py): a worker run of scratch x2 here would add a framework
         # start-up per framework and no check
         _agree(native["step_losses"], _oracle(model, shards=2), model, "(native vs oracle per shard)")
 
@@ -286,7 +286,7 @@ FINAL_LOSS_ATOL = {"lenet": 2e-4, "resnet18": 1e-4}
 def _update_errors(record, model, oracle) -> np.ndarray:
     """Per tensor, ||the record's update's projections - the oracle's|| / ||oracle's
     update|| (a conv bias before BatchNorm, whose update is zero in theory and rounding in
-    float32: / its conv weight's update's norm, as tests/conformance.py scales it)."""
+    float32: / its conv weight's update's norm, as tests/helpers/conformance.py scales it)."""
     if "update" not in oracle:      # once per oracle run (ResNet-18's fingerprint: 0.3 s)
         init = np.asarray(models.fingerprint(oracle["initial"]))[:, 1:]
         size = np.array([np.linalg.norm(np.asarray(t, np.float64) - i)
@@ -381,7 +381,7 @@ SYNC_BN_MODELS = [m for m in models.NAMES if models.get(m).STATE_NAMES]
 # 0.43). After the first, whose update is lr times the gradient, against the oracle on
 # the full batch (TensorFlow, JAX, Keras on TensorFlow and JAX): parameters within
 # 1.2e-2 of their update (JAX's and Keras's stage3.block2.bn2.beta: a ReLU flip, see
-# tests/conformance.py; TensorFlow 4.2e-4), running statistics within 1.4e-3, the loss
+# tests/helpers/conformance.py; TensorFlow 4.2e-4), running statistics within 1.4e-3, the loss
 # after the update within 2.3e-6. Each replica normalising its own shard instead (the
 # planted bug below, TensorFlow and PyTorch alike): parameters 0.12 to 1.5 of their
 # update, running statistics up to 0.14, the loss 6.7e-4.
@@ -467,7 +467,7 @@ def test_dataparallel_mode_is_pytorch_on_gpus(worker_record, framework):
 
 
 # One framework is enough for the record's path (training.run is the same for all);
-# every framework's compiled steps are held to the oracle in tests/conformance.py.
+# every framework's compiled steps are held to the oracle in tests/helpers/conformance.py.
 # MXNet's hybridize compiles in a fraction of a second; torch.compile takes ~20 s cold.
 COMPILED_RUN = [f for f in ("mxnet", *covered()) if f in covered()][:1]
 
@@ -477,7 +477,7 @@ def test_compiled_execution_runs_the_same_steps(worker_record, framework):
     """Through the worker, as compare runs it: the compiled execution gives the default
     run's step losses (LeNet, within the tolerances above), names itself and its
     mechanism in the record, and times its compilation apart from the epochs. (Every
-    execution of every mode is held to the oracle in tests/conformance.py.)"""
+    execution of every mode is held to the oracle in tests/helpers/conformance.py.)"""
     mode = _first_mode(framework)
     devices = 2 if mode == "scratch" else 1           # the reference runs above
     default = _ok(worker_record(framework, mode, devices, **GLOROT))
@@ -552,7 +552,7 @@ def test_model_mode_step_losses_agree_across_frameworks(worker_record, model):
 def test_model_mode_1f1b_with_a_process_per_stage(worker_record, framework):
     """1F1B through the worker, each rank running its own stage's ops (a recv waits, a
     send does not; the stages' in-process order is held to GPipe's in
-    tests/conformance.py): LeNet, M = 4, the same step losses and final parameters as
+    tests/helpers/conformance.py): LeNet, M = 4, the same step losses and final parameters as
     native x1; each stage kept min(k-s, M) micro-batches' tapes alive at once (2, 1), watched;
     rank 0's record carries both ranks' spans of the last step, and the run's timeline
     (traced) each rank's, each stage's exactly 1F1B's (check_every_stage); the timeline

@@ -23,8 +23,8 @@ from tests.test_compare_robust import fake_record
 
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory):
-    """framework -> what tests/utilisation_checks.py measured in a process of its own."""
-    return per_framework(tmp_path_factory, "tests.utilisation_checks")
+    """framework -> what tests/helpers/utilisation_checks.py measured in a process of its own."""
+    return per_framework(tmp_path_factory, "tests.helpers.utilisation_checks")
 
 
 def torch_checks(checks):

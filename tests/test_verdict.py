@@ -16,7 +16,7 @@ import pytest
 from scipy import stats
 
 from common.reports import verdict
-from tests.false_alarms import PAIRS, REPEATS, old_rule, simulated, welch_false_alarms
+from tests.helpers.false_alarms import PAIRS, REPEATS, old_rule, simulated, welch_false_alarms
 from tests.test_report_formats import _folder, _history, _main, _repeated
 
 STEADY = [1.0, 1.02, 0.98]                  # 3 repeats, 2 % apart

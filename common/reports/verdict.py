@@ -77,7 +77,7 @@ def verdict(before: list[float], after: list[float], band: float) -> dict:
 
 def verdicts(before, after, band: float) -> np.ndarray:
     """The verdicts of many pairs at once (arrays of shape (pairs, repeats), 2 or more
-    repeats a side): what verdict() says of each pair, as one array (tests/false_alarms.py
+    repeats a side): what verdict() says of each pair, as one array (tests/helpers/false_alarms.py
     simulates tens of thousands)."""
     return _decide(*_sides(before, after), band)[0]
 

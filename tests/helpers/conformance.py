@@ -1,6 +1,6 @@
 """The contract's checks for one framework, run in a process of its own:
 
-    python -m tests.conformance [--profiled] FRAMEWORK OUT_JSON [MODEL ...]
+    python -m tests.helpers.conformance [--profiled] FRAMEWORK OUT_JSON [MODEL ...]
 
 Writes {"check[model]": {"status": "passed"|"failed"|"skipped", "detail": str}} to
 OUT_JSON; tests/test_conformance.py turns each entry into a test. A check declares
@@ -854,9 +854,9 @@ def check_ids(model_names) -> list[str]:
 
 @check(per_model=False)
 def profiles_its_steps(b):
-    """The op-level profile (tests/profile_checks.py): in the conformance process where the
+    """The op-level profile (tests/helpers/profile_checks.py): in the conformance process where the
     framework profiles as it runs (no start-up of its own), else in a profiled process."""
-    from tests.profile_checks import profiles_its_steps as run
+    from tests.helpers.profile_checks import profiles_its_steps as run
     why = run(b)
     if why:
         raise Skipped(why)
@@ -892,12 +892,12 @@ def main(framework: str, out: str, *model_names: str) -> int:
 
 
 def _profiled_process(framework: str, out: str, names: list[str]) -> dict:
-    """The profiled checks' results from `python -m tests.conformance --profiled`, or each
+    """The profiled checks' results from `python -m tests.helpers.conformance --profiled`, or each
     failed with why the process did."""
     import subprocess
     sub = f"{out}.profiled.json"
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "tests.conformance", PROFILED, framework, sub,
+    proc = subprocess.run([sys.executable, "-m", "tests.helpers.conformance", PROFILED, framework, sub,
                            *names], capture_output=True, text=True)
     if proc.returncode == 0 and os.path.exists(sub):
         with open(sub) as f:

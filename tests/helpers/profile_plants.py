@@ -1,5 +1,5 @@
 """Costs planted in one op class, per framework, for the profile's check
-(tests/profile_checks.py): each a context manager that, inside the framework's process,
+(tests/helpers/profile_checks.py): each a context manager that, inside the framework's process,
 makes every ReLU of the model run REPEATS times over (an activation applied many times:
 all of it activation time; more where one ReLU is too cheap for the check to see it above
 a loaded machine's noise). Each is written so that a compiler cannot fold it away."""

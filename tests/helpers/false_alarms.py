@@ -1,5 +1,5 @@
 """How often benchmarks.report calls a change "slower" when nothing changed:
-`python -m tests.false_alarms OUT [--folders N]` runs the same configuration N times
+`python -m tests.helpers.false_alarms OUT [--folders N]` runs the same configuration N times
 (benchmarks.compare, COMMAND below, each into OUT/runNN), then compares the folders as
 A against A; `--count` only compares the folders already in OUT.
 
@@ -99,7 +99,7 @@ def count(folders: list[Path], pairs) -> tuple[Counter, Counter, int]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.false_alarms", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tests.helpers.false_alarms", description=__doc__.split("\n\n")[0])
     p.add_argument("out", help="the folder of the runs (OUT/runNN)")
     p.add_argument("--folders", type=int, default=20, help="runs of the same configuration")
     p.add_argument("--count", action="store_true", help="count the folders already in OUT")

@@ -9,7 +9,7 @@ bridge's namespace, 10.77.0.254 on the bridge: the login node, where srun and sb
     with SlurmCluster(2) as slurm:
         slurm.run(["srun", "-N2", "--ntasks-per-node=1", "hostname"])
 
-`python -m tests.slurm_cluster [NODES] -- COMMAND...` runs one command on the login node of
+`python -m tests.helpers.slurm_cluster [NODES] -- COMMAND...` runs one command on the login node of
 such a cluster (docs/nodes.md, "Machines from Slurm")."""
 from __future__ import annotations
 
@@ -216,7 +216,7 @@ def main(argv: list[str]) -> int:
     nodes = int(argv[0]) if argv and argv[0] != "--" else 2
     command = argv[argv.index("--") + 1:] if "--" in argv else []
     if not command:
-        print("usage: python -m tests.slurm_cluster [NODES] -- COMMAND...", file=sys.stderr)
+        print("usage: python -m tests.helpers.slurm_cluster [NODES] -- COMMAND...", file=sys.stderr)
         return 2
     with SlurmCluster(nodes) as slurm:
         return slurm.run(command).returncode

@@ -1,6 +1,6 @@
 """Several of the tests' worker runs of one framework in one process:
 
-    python -m tests.worker_server FRAMEWORK
+    python -m tests.helpers.worker_server FRAMEWORK
 
 Each line on stdin is a request, {"cfg": a RunConfig as a dict, "out": a path}; the
 process runs it as benchmarks.workers.run does (common.launch.run.run), writes the record
@@ -9,7 +9,7 @@ to "out" and answers with a line that starts with DONE. It ends when stdin close
 Why: a worker run's own work in the tests is a few steps; its framework's import and
 start-up are most of its time (PyTorch 4.5 s for a LeNet run of 3 steps, 3.5 s of it
 start-up; TensorFlow's and Keras's more), and tests/test_training.py starts dozens.
-Served runs share one start-up, as the conformance checks do (tests/conformance.py).
+Served runs share one start-up, as the conformance checks do (tests/helpers/conformance.py).
 What a run needs at its process's start is not served (tests/conftest.py, `served`):
 a setting, pinned cores, a planted module. Each framework sets its devices up once, for
 the most any served run uses (SERVED_DEVICES), before its first run in this process (a run

@@ -2,7 +2,7 @@
 start-up of their own): a few LeNet steps under the framework's own profiler
 (common/core/profiling.py), attributed by its rules; then the same with a pause planted
 between steps (it must land outside any op and in no class) and with every ReLU applied
-many times over (tests/profile_plants.py: it must land in the activation class, or
+many times over (tests/helpers/profile_plants.py: it must land in the activation class, or
 outside any op, and in no other)."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from common.core.modes import MODES
 from common.core.plan import RunConfig
 from common.facts import data
 from common.results import profile
-from tests.profile_plants import ACTIVATION
+from tests.helpers.profile_plants import ACTIVATION
 
 STEPS = 3
 BATCH = 32
@@ -67,7 +67,7 @@ def profiles_its_steps(b) -> str | None:
     assert not grew, f"a pause between steps landed in op classes: {grew}"
     # every ReLU many times over: activation, or outside any op (the calls' dispatch)
     if b.name not in ACTIVATION:
-        raise AssertionError(f"tests/profile_plants.py has no planted activation for {b.name}")
+        raise AssertionError(f"tests/helpers/profile_plants.py has no planted activation for {b.name}")
     d = _changes(base, _profile(b, ACTIVATION[b.name]))
     act = d.get("activation", 0.0)
     assert act > 2.0, f"ReLU x many moved activation by {act:.2f} ms: {d}"

@@ -1,4 +1,4 @@
-"""The whole suite once per CPU kernel path: `python -m tests.kernel_paths [PYTEST ARGS]`
+"""The whole suite once per CPU kernel path: `python -m tests.helpers.kernel_paths [PYTEST ARGS]`
 (`make test-kernel-paths`).
 
 The instruction set a CPU offers picks the frameworks' kernels, and the kernels decide

@@ -2,7 +2,7 @@
 path), run without the worker so that every parameter comes back, not only the
 record's fingerprint:
 
-    python -m tests.pipeline_ranks FRAMEWORK OUT_DIR
+    python -m tests.helpers.pipeline_ranks FRAMEWORK OUT_DIR
 
 Two ranks (common.launch.launcher), stage r in rank r, run 2-stage steps from the
 conformance checks' weights and batches once per entry of RUNS: LeNet (M = 4, two
@@ -32,7 +32,7 @@ from common.core import pipeline
 from common.core.pipeline import PipelineTrainer
 from common.facts import registry
 from common.launch import launcher
-from tests.conformance import (CHECK_LR, CHECK_STEPS, MODEL_MICRO_BATCHES, ONE_F_ONE_B,
+from tests.helpers.conformance import (CHECK_LR, CHECK_STEPS, MODEL_MICRO_BATCHES, ONE_F_ONE_B,
                                ORACLE_BATCH, _batch, _nontrivial_params, _state_order)
 from tests.test_pipeline import PLANTED_1F1B, PLANTED_SPANS
 
@@ -153,7 +153,7 @@ def oracle(runs: dict) -> dict:
 
 
 def main(framework: str, out: str) -> int:
-    from tests import pipeline_ranks          # rank_main by its module's name, for spawn
+    from tests.helpers import pipeline_ranks          # rank_main by its module's name, for spawn
     launcher.launch(pipeline_ranks.rank_main, 2, (framework, out), env=launcher.thread_env(1))
     # this process is the test's, one BLAS thread (half the CPU time of two here)
     np.savez(Path(out) / "oracle.npz", **oracle(json.loads((Path(out) / "runs.json").read_text())))

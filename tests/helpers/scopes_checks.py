@@ -1,6 +1,6 @@
 """The device-scopes model's checks for one framework, run in a process of its own:
 
-    python -m tests.scopes_checks FRAMEWORK OUT_JSON
+    python -m tests.helpers.scopes_checks FRAMEWORK OUT_JSON
 
 Measures, and writes to OUT_JSON, what tests/test_device_scopes.py judges (the
 tolerances live there, beside their reasons): the framework's forward and backward

@@ -1,5 +1,5 @@
 """The utilisation checks that need a framework, each framework in a process of its own
-(tests/test_utilisation.py): `python -m tests.utilisation_checks FRAMEWORK OUT_JSON`.
+(tests/test_utilisation.py): `python -m tests.helpers.utilisation_checks FRAMEWORK OUT_JSON`.
 
 pytorch: the FLOPs that PyTorch's own FlopCounterMode counts over the suite's PyTorch
 models (frameworks/pytorch/models.py), per sample; and the GPU path (allocator peak per
