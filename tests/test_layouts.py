@@ -1,17 +1,18 @@
-"""The channels-last layout (common/models/layouts.py), which TensorFlow's and Keras's
-models take: converting there and back is the identity for every model, and LeNet's
-first dense weight, permuted, computes the same features from an NHWC flatten as the
-common weight from an NCHW one (planted: the permutation left out fails)."""
+"""The channels-last layout, which TensorFlow's and Keras's models take (each model's
+CHANNELS_LAST, with common/models/layouts.py's conversions): converting there and back is
+the identity for every model, and LeNet's first dense weight, permuted, computes the same
+features from an NHWC flatten as the common weight from an NCHW one (planted: the
+permutation left out fails)."""
 import numpy as np
 import pytest
 
 from common import models
-from common.models import layouts, lenet
+from common.models import lenet
 
 
-@pytest.mark.parametrize("model", sorted(layouts.CHANNELS_LAST))
+@pytest.mark.parametrize("model", models.NAMES)
 def test_there_and_back_is_the_identity(model):
-    to_last, to_first = layouts.CHANNELS_LAST[model]
+    to_last, to_first = models.get(model).CHANNELS_LAST
     params = models.get(model).init_params(0, "glorot")
     for a, b in zip(params, to_first(to_last(params))):
         np.testing.assert_array_equal(a, b)
@@ -27,13 +28,13 @@ def _dense_features(to_last) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_lenets_dense_weight_follows_the_flatten():
-    first, last = _dense_features(layouts.CHANNELS_LAST["lenet"][0])
+    first, last = _dense_features(lenet.CHANNELS_LAST[0])
     np.testing.assert_allclose(first, last, rtol=1e-12)
 
 
 def test_a_dense_weight_left_unpermuted_fails():
     def unpermuted(params):
-        out = layouts.CHANNELS_LAST["lenet"][0](params)
+        out = lenet.CHANNELS_LAST[0](params)
         return out[:4] + [np.asarray(params[4])] + out[5:]
     first, last = _dense_features(unpermuted)
     assert not np.allclose(first, last)

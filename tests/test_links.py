@@ -231,10 +231,10 @@ def test_the_exchange_waits_for_each_keys_pushes():
 
 @pytest.mark.skipif("mxnet" not in covered(), reason="MXNet's environment is not built")
 def test_the_key_order_is_gluons():
-    """perf.key_sizes is the order in which gluon's Trainer numbers the networks'
+    """perf.key_sizes (the model's KEY_ORDER) is the order in which gluon's Trainer numbers the networks'
     trained parameters (MXNet's keys); ResNet-18's common order is another, which the
     comparison tells apart."""
-    code = ("import json, numpy as np; from frameworks.mxnet.native import GLUON_MODELS as G\n"
+    code = ("import json, numpy as np; from frameworks.mxnet.models import GLUON_MODELS as G\n"
             "out = {}\n"
             "for name, (build, _) in G.items():\n"
             "    net = build(); net.initialize()\n"

@@ -3,11 +3,7 @@ no edit in benchmarks/): its COMMANDS table, read by the commands."""
 import pytest
 
 from common import models
-
-
-COMMAND_KEYS = {"profile": {"batch", "steps"}, "pipeline": {"batch", "steps"},
-                "settings": {"agree_steps"},
-                "links": {"batch", "compute_batches", "rates", "steps"}}
+from common.models.spec import COMMAND_KEYS
 
 
 @pytest.mark.parametrize("name", models.NAMES)

@@ -166,24 +166,10 @@ FLOAT32 = 4
 
 
 def key_sizes(model: str) -> list[int]:
-    """Elements of each KVStore key, in gluon's key order (the trained parameters as
-    frameworks/mxnet/native.py's networks register them)."""
+    """Elements of each KVStore key, in gluon's key order (the model's KEY_ORDER: its
+    trained parameters as frameworks/mxnet's networks register them)."""
     m = models.get(model)
-    sizes = [int(np.prod(s)) for s in m.PARAM_SHAPES]
-    if not hasattr(m, "BLOCKS"):
-        return sizes                      # LeNet: registered in the common order
-    # ResNet-18: each Residual block registers conv1, conv2, its shortcut conv, then bn1
-    # and bn2 (the attributes' order in its __init__); the common order puts each bn
-    # after its conv
-    order = [*m.STEM["conv"].values(), m.STEM["bn"]["gamma"], m.STEM["bn"]["beta"]]
-    for b in m.BLOCKS:
-        for conv in (b["conv1"], b["conv2"], b["shortcut"]):
-            if conv:
-                order += [conv["weight"], conv["bias"]]
-        order += [b["bn1"]["gamma"], b["bn1"]["beta"], b["bn2"]["gamma"], b["bn2"]["beta"]]
-    order += [m.FC["weight"], m.FC["bias"]]
-    assert sorted(order) == list(range(len(sizes))), "every parameter once"
-    return [sizes[i] for i in order]
+    return [int(np.prod(m.PARAM_SHAPES[i])) for i in m.KEY_ORDER]
 
 
 def parts(sizes: list[int], servers: int) -> list[tuple[int, int, int]]:

@@ -1,17 +1,9 @@
-"""Models as plug-ins. Each module here defines one model once, in NumPy:
-
-    NAME                      the name on the command line (--model NAME)
-    PARAM_NAMES, PARAM_SHAPES the parameter list in the common layout (images NCHW,
-                              conv weights OIHW, dense weights (in, out))
-    STATE_NAMES, STATE_SHAPES state that training updates besides the parameters
-                              (BatchNorm's running statistics; empty for LeNet)
-    init_params(seed, init), init_state()   the initial values every framework starts
-                              from (init: a name in INITS)
-    forward(params, X, state=None, training=False)          logits (float64)
-    loss_and_grads(params, X, y, state=None, unbiased_running_var=True)
-                              summed cross-entropy, logits and the gradient of the sum
-                              (training mode; updates `state` in place when given)
-    TRAIN_FLOPS_PER_IMAGE     the cost of a training step, for estimates
+"""Models as plug-ins. Each module here defines one model once, in NumPy, with the names
+of the model interface (common/models/spec.py: INTERFACE says each, `check` holds a
+module to it when get() first loads it): its parameters and state, their initial values,
+the NumPy oracle's forward and backward, its layers for costs and the profile's classes,
+its units for model mode, the defaults of every command that runs it, its channels-last
+layout and its layered key order.
 
 Each framework supplies the same model in its own ops (frameworks/<name>/models.py);
 adding a model is one file here, one entry in each framework's models.py, and its
@@ -91,12 +83,29 @@ class UnknownModel(ValueError):
     pass
 
 
+_CHECKED: dict[str, ModuleType] = {}
+
+
 def get(name: str) -> ModuleType:
+    """The model `name`, checked against the model interface (common/models/spec.py) the
+    first time a process loads it."""
+    if name in _CHECKED:
+        return _CHECKED[name]
     # a model file that is not yet in NAMES (being added) can be loaded by name
     if name not in NAMES and (not name.isidentifier()
                               or importlib.util.find_spec(f"{__name__}.{name}") is None):
         raise UnknownModel(f"unknown model {name!r}; choose from: {', '.join(NAMES)}")
-    return importlib.import_module(f"{__name__}.{name}")
+    return register(importlib.import_module(f"{__name__}.{name}"))
+
+
+def register(module: ModuleType) -> ModuleType:
+    """A model module, checked against the model interface (common/models/spec.py: a
+    ModelError names everything it lacks), then what get(its NAME) returns: how the
+    models here load, and how one from elsewhere (a plug-in, a test's toy model) joins
+    them."""
+    from common.models import spec
+    _CHECKED[module.NAME] = spec.check(module)
+    return module
 
 
 def sgd_steps(model: ModuleType, params, batches, lr: float, state=None, shards: int = 1,

@@ -12,7 +12,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from common import models
-from common.models import costs
+from common.models import costs, layouts
 
 NAME = "lenet"
 PARAM_NAMES = ("W1", "b1", "W2", "b2", "W3", "b3", "W4", "b4")
@@ -52,6 +52,28 @@ LAYERS = (costs.conv(1, 20, 3, 28, 26, first=True), costs.elementwise("activatio
           costs.pool(50, 9, 4, 2),
           costs.dense(800, 128), costs.elementwise("activation", 128, 1),
           costs.dense(128, 10), costs.loss(NUM_CLASSES))
+
+# a layered network registers LeNet's parameters in the common order
+KEY_ORDER = tuple(range(len(PARAM_NAMES)))
+
+
+def _channels_last(params):
+    """Conv filters HWIO, and the first dense weight's rows in the (H, W, C) order of a
+    channels-last flatten."""
+    W1, b1, W2, b2, W3, b3, W4, b4 = [np.asarray(p) for p in params]
+    c, h, w = UNITS[0][3]             # channels, height, width before the flatten
+    W3 = W3.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(W3.shape)
+    return [layouts.hwio(W1), b1, layouts.hwio(W2), b2, W3, b3, W4, b4]
+
+
+def _channels_first(params):
+    W1, b1, W2, b2, W3, b3, W4, b4 = [np.asarray(p) for p in params]
+    c, h, w = UNITS[0][3]
+    W3 = W3.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(W3.shape)
+    return [layouts.oihw(W1), b1, layouts.oihw(W2), b2, W3, b3, W4, b4]
+
+
+CHANNELS_LAST = (_channels_last, _channels_first)
 
 
 def init_params(seed: int, init: str) -> list[np.ndarray]:

@@ -21,7 +21,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from common import models
-from common.models import costs
+from common.models import costs, layouts
 
 NAME = "resnet18"
 NUM_CLASSES = 10
@@ -217,6 +217,25 @@ COMMANDS = {"profile": {"batch": 32, "steps": 3},
                       "rates": ("50mbit", "100mbit", "1gbit", "unshaped"), "steps": 3},
             "pipeline": {"batch": 32, "steps": 3}}
 LAYERS = _layers()
+# conv filters HWIO in the channels-last layout, the rest as they are
+CHANNELS_LAST = (lambda params: layouts.by_kind(params, PARAM_KINDS, layouts.hwio),
+                 lambda params: layouts.by_kind(params, PARAM_KINDS, layouts.oihw))
+
+
+def _key_order() -> tuple[int, ...]:
+    """The parameters as a layered network registers them (gluon's KVStore keys): each
+    Residual block its conv1, conv2 and shortcut, then bn1 and bn2 (the attributes' order
+    in its __init__); the common order puts each bn after its conv."""
+    order = [*STEM["conv"].values(), STEM["bn"]["gamma"], STEM["bn"]["beta"]]
+    for b in BLOCKS:
+        for conv in (b["conv1"], b["conv2"], b["shortcut"]):
+            if conv:
+                order += [conv["weight"], conv["bias"]]
+        order += [b["bn1"]["gamma"], b["bn1"]["beta"], b["bn2"]["gamma"], b["bn2"]["beta"]]
+    return tuple(order + [FC["weight"], FC["bias"]])
+
+
+KEY_ORDER = _key_order()
 
 
 def init_params(seed: int, init: str) -> list[np.ndarray]:

@@ -36,7 +36,7 @@ def comparison_row(r: dict, before: list[float], after: list[float], band: float
     """A row of a comparison (compare_folders; the history's gate): the repeats' sec/epoch
     before and after, their geometric means, and the verdict (common.reports.verdict)."""
     v = verdict.verdict(before, after, band)
-    return {"framework": r["framework"], "model": r.get("model") or "lenet",
+    return {"framework": r["framework"], "model": model_of(r),
             "mode": mode_label(r) + (f" {r['execution']}" if r.get("execution") else ""),
             "devices": r["devices"], "before": statistics.geometric_mean(before),
             "after": statistics.geometric_mean(after), "band": band, **v,

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from common import models
+from common.results.record import model_of
 from common.results.utilisation import interval95
 
 COLUMNS = ("framework", "model", "mode", "execution", "devices", "GFLOP/sample", "samples/s/dev",
@@ -24,7 +25,7 @@ OLD = "not in the record (written before the suite recorded it)"
 
 def flops_per_sample(record: dict) -> int:
     """The record's model FLOPs per training sample (a record older than the key: its model's)."""
-    return record.get("flops_per_sample") or models.get(record.get("model") or "lenet").TRAIN_FLOPS_PER_IMAGE
+    return record.get("flops_per_sample") or models.get(model_of(record)).TRAIN_FLOPS_PER_IMAGE
 
 
 def rows(summary: list[dict], records: list[dict]) -> list[dict]:

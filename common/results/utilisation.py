@@ -19,7 +19,7 @@ import statistics
 
 from common import models
 from common.facts import peaks
-from common.results.record import nodes_of
+from common.results.record import model_of, nodes_of
 
 NO_CPU_PEAK = ("no CPU peak measured for this run: python -m benchmarks.compare measures one "
                "(a float32 GEMM, --peak-gemm-size) before its workers; a run on its own has none")
@@ -84,7 +84,7 @@ def device_peak(backend, device: str) -> tuple[float | None, str]:
 def fill(record: dict, peak: float | None, peak_text: str) -> dict:
     """Set a finished run's FLOPs and utilisation keys from its samples/s and the
     device's peak (peak_text: what the peak is, or why there is none)."""
-    flops = models.get(record.get("model") or "lenet").TRAIN_FLOPS_PER_IMAGE
+    flops = models.get(model_of(record)).TRAIN_FLOPS_PER_IMAGE
     per_device = (record["samples_per_sec"] / all_devices(record)
                   if record.get("samples_per_sec") else None)
     achieved = flops * per_device if per_device else None

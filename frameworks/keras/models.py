@@ -11,7 +11,6 @@ from common import models
 from common.core.contract import ModelOps, NotApplicable
 from common.facts import registry
 from common.models import resnet18 as R
-from common.models.layouts import CHANNELS_LAST
 
 from .backends import FRAMEWORK, current
 
@@ -111,7 +110,7 @@ class KerasModelOps(ModelOps):
 
     def __init__(self, model):
         self.model = model
-        self.to_framework, self.from_framework = CHANNELS_LAST[model]
+        self.to_framework, self.from_framework = models.get(model).CHANNELS_LAST
 
     def apply(self, params, state, X, training):
         raise NotApplicable(registry.gap(FRAMEWORK, "scratch"))

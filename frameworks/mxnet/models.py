@@ -1,8 +1,9 @@
 """The models of common/models as MXNet functions (common layout: NCHW, OIHW). Each
 takes the operator namespace F (mx.nd, or mx.sym inside a hybridized block), so the
 same code runs imperatively and as a cached graph; shapes come from common/models,
-since a symbol has none."""
+since a symbol has none; and each model as gluon's own layers (native mode)."""
 from mxnet import gluon, nd
+from mxnet.gluon import nn
 
 from common.core.contract import ModelOps
 from common.models import lenet as L, resnet18 as R
@@ -54,6 +55,79 @@ class ResNet18(ModelOps):
             return h
         return F.broadcast_add(F.dot(F.mean(h, axis=(2, 3)), params[R.FC["weight"]]),
                                params[R.FC["bias"]])
+
+
+
+# --- each model in gluon's own layers (native mode: a gluon Trainer over them) ---
+
+def gluon_lenet():
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(20, kernel_size=3, activation="relu", in_channels=1),
+            nn.AvgPool2D(pool_size=2, strides=2),
+            nn.Conv2D(50, kernel_size=5, activation="relu", in_channels=20),
+            nn.AvgPool2D(pool_size=2, strides=2),
+            nn.Dense(128, activation="relu", in_units=800),
+            nn.Dense(10, in_units=128))
+    return net
+
+
+class Residual(nn.HybridBlock):
+    """d2l's Residual block, as the chapter's concise MXNet writes it."""
+
+    def __init__(self, cin, cout, use_1x1conv, strides, norm):
+        super().__init__()
+        self.conv1 = nn.Conv2D(cout, kernel_size=3, padding=1, strides=strides, in_channels=cin)
+        self.conv2 = nn.Conv2D(cout, kernel_size=3, padding=1, in_channels=cout)
+        self.conv3 = (nn.Conv2D(cout, kernel_size=1, strides=strides, in_channels=cin)
+                      if use_1x1conv else None)
+        self.bn1, self.bn2 = norm(cout), norm(cout)
+
+    def hybrid_forward(self, F, X):
+        Y = F.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        if self.conv3:
+            X = self.conv3(X)
+        return F.relu(Y + X)
+
+
+def gluon_resnet18(sync_devices=0):
+    """The chapter's concise resnet18(10) in gluon; BatchNorm synchronised over
+    sync_devices contexts when that is more than zero (gluon.contrib's SyncBatchNorm)."""
+    def norm(c):
+        kw = dict(momentum=1 - R.BN_MOMENTUM, epsilon=R.BN_EPS, in_channels=c)
+        return (gluon.contrib.nn.SyncBatchNorm(num_devices=sync_devices, **kw) if sync_devices
+                else nn.BatchNorm(**kw))
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(64, kernel_size=3, strides=1, padding=1, in_channels=1), norm(64),
+            nn.Activation("relu"))
+    for b in R.BLOCKS:
+        net.add(Residual(b["in"], b["out"], b["shortcut"] is not None, b["stride"], norm))
+    net.add(nn.GlobalAvgPool2D(), nn.Dense(R.NUM_CLASSES, in_units=512))
+    return net
+
+
+def _lenet_slots(net):
+    params = list(net.collect_params().values())   # registered in the common order
+    return params, []
+
+
+def _resnet18_slots(net):
+    """The gluon Parameters in the order of PARAM_NAMES and STATE_NAMES."""
+    blocks = list(net)[3:3 + len(R.BLOCKS)]
+    return R.layer_slots((net[0], net[1]), [(m.conv1, m.bn1, m.conv2, m.bn2, m.conv3)
+                                            for m in blocks], net[-1],
+                         ("gamma", "beta", "running_mean", "running_var"))
+
+
+def to_gluon(params):
+    # gluon's Dense stores its weight as (out, in): transpose the 2-D weights
+    return [p.T if p.ndim == 2 else p for p in params]
+
+
+# model name -> (build(sync_devices), its Parameters in the common order); parameters
+# cross between the layouts with to_gluon (its own inverse)
+GLUON_MODELS = {"lenet": (lambda sync_devices=0: gluon_lenet(), _lenet_slots),
+                "resnet18": (gluon_resnet18, _resnet18_slots)}
 
 
 class Models:

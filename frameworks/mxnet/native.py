@@ -1,86 +1,14 @@
 """Native mode: a gluon Trainer over a list of contexts, gradients summed by a KVStore."""
 import numpy as np
 from mxnet import autograd, gluon, nd
-from mxnet.gluon import nn
 
 from common.launch.launcher import RankInfo
 from common.core.contract import NotApplicable, Trainer
 from common import models
 from common.facts.data import shard_bounds
-from common.models import resnet18 as R
 
 from .devices import context
-from .models import loss
-
-
-def gluon_lenet():
-    net = nn.HybridSequential()
-    net.add(nn.Conv2D(20, kernel_size=3, activation="relu", in_channels=1),
-            nn.AvgPool2D(pool_size=2, strides=2),
-            nn.Conv2D(50, kernel_size=5, activation="relu", in_channels=20),
-            nn.AvgPool2D(pool_size=2, strides=2),
-            nn.Dense(128, activation="relu", in_units=800),
-            nn.Dense(10, in_units=128))
-    return net
-
-
-class Residual(nn.HybridBlock):
-    """d2l's Residual block, as the chapter's concise MXNet writes it."""
-
-    def __init__(self, cin, cout, use_1x1conv, strides, norm):
-        super().__init__()
-        self.conv1 = nn.Conv2D(cout, kernel_size=3, padding=1, strides=strides, in_channels=cin)
-        self.conv2 = nn.Conv2D(cout, kernel_size=3, padding=1, in_channels=cout)
-        self.conv3 = (nn.Conv2D(cout, kernel_size=1, strides=strides, in_channels=cin)
-                      if use_1x1conv else None)
-        self.bn1, self.bn2 = norm(cout), norm(cout)
-
-    def hybrid_forward(self, F, X):
-        Y = F.relu(self.bn1(self.conv1(X)))
-        Y = self.bn2(self.conv2(Y))
-        if self.conv3:
-            X = self.conv3(X)
-        return F.relu(Y + X)
-
-
-def gluon_resnet18(sync_devices=0):
-    """The chapter's concise resnet18(10) in gluon; BatchNorm synchronised over
-    sync_devices contexts when that is more than zero (gluon.contrib's SyncBatchNorm)."""
-    def norm(c):
-        kw = dict(momentum=1 - R.BN_MOMENTUM, epsilon=R.BN_EPS, in_channels=c)
-        return (gluon.contrib.nn.SyncBatchNorm(num_devices=sync_devices, **kw) if sync_devices
-                else nn.BatchNorm(**kw))
-    net = nn.HybridSequential()
-    net.add(nn.Conv2D(64, kernel_size=3, strides=1, padding=1, in_channels=1), norm(64),
-            nn.Activation("relu"))
-    for b in R.BLOCKS:
-        net.add(Residual(b["in"], b["out"], b["shortcut"] is not None, b["stride"], norm))
-    net.add(nn.GlobalAvgPool2D(), nn.Dense(R.NUM_CLASSES, in_units=512))
-    return net
-
-
-def _lenet_slots(net):
-    params = list(net.collect_params().values())   # registered in the common order
-    return params, []
-
-
-def _resnet18_slots(net):
-    """The gluon Parameters in the order of PARAM_NAMES and STATE_NAMES."""
-    blocks = list(net)[3:3 + len(R.BLOCKS)]
-    return R.layer_slots((net[0], net[1]), [(m.conv1, m.bn1, m.conv2, m.bn2, m.conv3)
-                                            for m in blocks], net[-1],
-                         ("gamma", "beta", "running_mean", "running_var"))
-
-
-def _to_gluon(params):
-    # gluon's Dense stores its weight as (out, in): transpose the 2-D weights
-    return [p.T if p.ndim == 2 else p for p in params]
-
-
-# model name -> (build(sync_devices), its Parameters in the common order); parameters
-# cross between the layouts with _to_gluon (its own inverse)
-GLUON_MODELS = {"lenet": (lambda sync_devices=0: gluon_lenet(), _lenet_slots),
-                "resnet18": (gluon_resnet18, _resnet18_slots)}
+from .models import GLUON_MODELS, loss, to_gluon
 
 
 # KVStore keys of the loss sums (gluon numbers the parameters from 0)
@@ -155,13 +83,13 @@ class GluonTrainer(Trainer):
         return self.net(nd.array(X, ctx=self.ctxs[0])).asnumpy()
 
     def replica_params(self):
-        return [_to_gluon([p.data(c).asnumpy() for p in self.params]) for c in self.ctxs]
+        return [to_gluon([p.data(c).asnumpy() for p in self.params]) for c in self.ctxs]
 
     def replica_state(self):
         return [[p.data(c).asnumpy() for p in self.state] for c in self.ctxs]
 
     def load_params(self, params, state):
-        for p, v in zip(self.params, _to_gluon([np.asarray(v) for v in params])):
+        for p, v in zip(self.params, to_gluon([np.asarray(v) for v in params])):
             p.set_data(nd.array(v))
         for p, v in zip(self.state, state):
             p.set_data(nd.array(v))

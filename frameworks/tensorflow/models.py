@@ -3,9 +3,9 @@ images and HWIO filters: the parameters are converted once, at the edge (NumPy t
 NumPy, see to_framework), and images are transposed inside the model."""
 import tensorflow as tf
 
+from common import models
 from common.core.contract import ModelOps
 from common.models import resnet18 as R
-from common.models.layouts import CHANNELS_LAST
 
 
 def loss_sum(logits, y):
@@ -14,7 +14,7 @@ def loss_sum(logits, y):
 
 class LeNet(ModelOps):
     # the flattened features are ordered (H, W, C) here, so W3's rows are permuted
-    to_framework, from_framework = (staticmethod(f) for f in CHANNELS_LAST["lenet"])
+    to_framework, from_framework = (staticmethod(f) for f in models.get("lenet").CHANNELS_LAST)
 
     def apply(self, params, state, X, training):
         return self.apply_units(params, state, X, (0, 2), training)
@@ -82,7 +82,7 @@ class ResNet18(ModelOps):
     def __init__(self, synchronized=False):
         self.synchronized = synchronized
 
-    to_framework, from_framework = (staticmethod(f) for f in CHANNELS_LAST["resnet18"])
+    to_framework, from_framework = (staticmethod(f) for f in models.get("resnet18").CHANNELS_LAST)
 
     def apply(self, params, state, X, training):
         return self.apply_units(params, state, X, (0, len(R.UNITS)), training)

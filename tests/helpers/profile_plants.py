@@ -19,8 +19,8 @@ REPEATS = 100
 
 
 @contextlib.contextmanager
-def _torch_relu():
-    import torch.nn.functional as F
+def _repeated_relu(F):
+    """F.relu (a functional module's) applied REPEATS times over while inside."""
     relu = F.relu
 
     def many(x, *args, **kwargs):
@@ -34,22 +34,15 @@ def _torch_relu():
         F.relu = relu
 
 
-@contextlib.contextmanager
+def _torch_relu():
+    import torch.nn.functional as F
+    return _repeated_relu(F)
+
+
 def _paddle_relu():
     # the models call F.relu through the module (frameworks/paddle/models.py), eagerly
     import paddle.nn.functional as F
-    relu = F.relu
-
-    def many(x, *args, **kwargs):
-        for _ in range(REPEATS - 1):
-            x = relu(x)
-        return relu(x, *args, **kwargs)
-    F.relu = many
-    try:
-        yield
-    finally:
-        F.relu = relu
-
+    return _repeated_relu(F)
 
 
 @contextlib.contextmanager
