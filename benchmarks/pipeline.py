@@ -98,6 +98,15 @@ def measure_units(framework: str, model: str, batch: int, steps: int, threads: i
     return trainer.figures()["stage_sec"]
 
 
+# Each model of more than two units has them measured one stage each (two units have one
+# cut only), in this framework, at the model's own pipeline batch
+UNITS_BY = "pytorch"
+
+
+def units_batch(model: str) -> int:
+    return models.get(model).COMMANDS["pipeline"]["batch"]
+
+
 def _cut(model: str, costs, k: int = 2) -> list[str]:
     m = models.get(model)
     fake = SimpleNamespace(NAME=model, UNITS=m.UNITS, UNIT_COST=tuple(costs))
@@ -157,19 +166,19 @@ def report(records: list[dict], units: dict, env: dict, load: tuple, command: st
                                 if r.get("activation_bytes_source"))
         lines += ["", "Activation bytes per stage at its peak (the micro-batches held x each one's "
                       "tape): " + "; ".join(sources) + ".", ""]
-    if units:
-        m = models.get("resnet18")
+    for model, measured in units.items():
+        m = models.get(model)
         macs = m.UNIT_COST
-        lines += ["## ResNet-18's units: multiply-adds and measured time", "",
-                  f"One pipeline stage per unit on one device ({units['framework']}, batch "
-                  f"{units['batch']}, busy seconds per step: forward, backward and SGD).", "",
+        lines += [f"## {model}'s units: multiply-adds and measured time", "",
+                  f"One pipeline stage per unit on one device ({measured['framework']}, batch "
+                  f"{measured['batch']}, busy seconds per step: forward, backward and SGD).", "",
                   "| unit | M multiply-adds / image | share | measured s/step | share |",
                   "|---|---|---|---|---|"]
-        total_m, total_t = sum(macs), sum(units["sec"])
-        for u, c, t in zip(m.UNITS, macs, units["sec"]):
+        total_m, total_t = sum(macs), sum(measured["sec"])
+        for u, c, t in zip(m.UNITS, macs, measured["sec"]):
             lines.append(f"| {u[0]} | {c / 1e6:.1f} | {c / total_m:.1%} | {t:.4f} | {t / total_t:.1%} |")
-        lines += ["", f"2 stages balanced on multiply-adds: {' | '.join(_cut('resnet18', macs))}; "
-                      f"on the measured times: {' | '.join(_cut('resnet18', units['sec']))}.", ""]
+        lines += ["", f"2 stages balanced on multiply-adds: {' | '.join(_cut(model, macs))}; "
+                      f"on the measured times: {' | '.join(_cut(model, measured['sec']))}.", ""]
     return "\n".join(lines)
 
 
@@ -223,7 +232,8 @@ def build_parser() -> Parser:
                    help="only say whether torch.distributed.pipelining and Paddle's fleet "
                         "PipelineParallel run here (2 processes, gloo)")
     p.add_argument("--measure-units", default=None, metavar="FRAMEWORK",
-                   help="only print ResNet-18's per-unit busy seconds in FRAMEWORK (JSON)")
+                   help="only print the per-unit busy seconds of --model (one model, at its "
+                        "pipeline batch) in FRAMEWORK (JSON)")
     return p
 
 
@@ -242,7 +252,8 @@ def main(argv=None) -> int:
         probe_engines()
         return 0
     if args.measure_units:
-        print(json.dumps(measure_units(args.measure_units, "resnet18", 32, 5, args.threads)))
+        model = model_names[0]
+        print(json.dumps(measure_units(args.measure_units, model, units_batch(model), 5, args.threads)))
         return 0
     frameworks = [f for f in (registry.NAMES if args.framework == "all" else args.framework.split(","))
                   if registry.is_installed(f)]
@@ -273,12 +284,15 @@ def main(argv=None) -> int:
             if r.get("mode") == "model" and r.get("devices", 1) > 1]
     schedule_plots(last, out)
     units = {}
-    if "resnet18" in model_names and "pytorch" in frameworks:
-        proc = subprocess.run([sys.executable, "-m", "benchmarks.pipeline", "--measure-units", "pytorch",
-                               "--threads", str(args.threads)], cwd=ROOT, env=worker_env(args.threads),
-                              capture_output=True, text=True, timeout=args.timeout)
+    several = [m for m in model_names if len(models.get(m).UNITS) > 2]
+    for model in several if UNITS_BY in frameworks else []:
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.pipeline", "--measure-units", UNITS_BY,
+                               "--model", model, "--threads", str(args.threads)], cwd=ROOT,
+                              env=worker_env(args.threads), capture_output=True, text=True,
+                              timeout=args.timeout)
         if proc.returncode == 0:
-            units = {"framework": "pytorch", "batch": 32, "sec": json.loads(proc.stdout.splitlines()[-1])}
+            units[model] = {"framework": UNITS_BY, "batch": units_batch(model),
+                            "sec": json.loads(proc.stdout.splitlines()[-1])}
     command = "python -m benchmarks.pipeline " + " ".join(argv if argv is not None else sys.argv[1:])
     text = report(records, units, env_info(), (f"{load0:.1f}", f"{os.getloadavg()[0]:.1f}"), command,
                   time.time() - start)

@@ -26,8 +26,20 @@ def conv(cin: int, cout: int, k: int, hin: int, hout: int, first: bool = False) 
             "first": first}
 
 
-def dense(n_in: int, n_out: int) -> dict:
-    return {"kind": "dense", "in": n_in, "out": n_out}
+def dense(n_in: int, n_out: int, rows: int = 1) -> dict:
+    """A dense layer applied to `rows` vectors per image (a transformer's tokens)."""
+    return {"kind": "dense", "in": n_in, "out": n_out, "rows": rows}
+
+
+def layernorm(n: int) -> dict:
+    """LayerNorm over n values per image."""
+    return {"kind": "layernorm", "n": n}
+
+
+def attention(heads: int, tokens: int, head_dim: int) -> dict:
+    """Multi-head self-attention's core per image: the scores q k^T, their softmax and
+    the weighted sum of the values (the projections are dense layers of their own)."""
+    return {"kind": "attention", "heads": heads, "tokens": tokens, "head_dim": head_dim}
 
 
 def pool(c: int, hin: int, hout: int, k: int) -> dict:
@@ -58,9 +70,9 @@ def _layer_costs(layer: dict, batch: int) -> dict[str, tuple[float, float]]:
             out["conv backward input"] = (2 * macs, F32 * (y + w + x))
         return out
     if kind == "dense":
-        n_in, n_out = layer["in"], layer["out"]
-        macs = b * n_in * n_out
-        x, y, w = b * n_in, b * n_out, n_in * n_out + n_out
+        n_in, n_out, rows = layer["in"], layer["out"], layer.get("rows", 1)
+        macs = b * rows * n_in * n_out
+        x, y, w = b * rows * n_in, b * rows * n_out, n_in * n_out + n_out
         return {"dense forward": (2 * macs, F32 * (x + y + w)),
                 "dense backward": (4 * macs, F32 * (2 * y + 2 * x + 2 * w))}
     if kind == "pool":
@@ -68,7 +80,19 @@ def _layer_costs(layer: dict, batch: int) -> dict[str, tuple[float, float]]:
         y = b * layer["c"] * layer["hout"] ** 2
         window = y * layer["k"] ** 2
         return {"pooling": (2 * window, F32 * (2 * x + 2 * y))}
+    if kind == "attention":
+        h, t, d = layer["heads"], layer["tokens"], layer["head_dim"]
+        macs = 2 * b * h * t * t * d                   # q k^T and the weighted sum
+        qkv, scores = 3 * b * h * t * d, b * h * t * t
+        # forward: 2 x macs and the softmax (5 per score); backward: twice the matmuls,
+        # the softmax's (3 per score); bytes: q, k, v and the output, the scores twice
+        return {"attention": (6 * macs + 8 * scores,
+                              F32 * (2 * qkv + 2 * b * h * t * d + 4 * scores))}
     n = b * layer.get("n", 0)
+    if kind == "layernorm":
+        return {"layernorm": (13 * n, F32 * 7 * n)}     # as BatchNorm: 2 r + w, 3 r + w
+    if kind == "gelu":
+        return {"gelu": (20 * n, F32 * 5 * n)}          # erf and its derivative: ~10 each
     if kind == "activation":
         return {"activation": (2 * n, F32 * 5 * n)}     # forward r+w; backward 2 r + w
     if kind == "batchnorm":

@@ -1,0 +1,109 @@
+"""The Vision Transformer's NumPy oracle (common/models/vit.py): it answers the model
+interface at every size, its backward is its forward's gradient (central finite
+differences at the tiny size, every parameter tensor, float64), and the plants it
+exists for fail it: LayerNorm's backward without its mean term, GELU's derivative the
+tanh approximation's, attention weights whose rows do not sum to one (the softmax
+backward assumes they do)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common import models
+from common.models import spec, vit
+
+
+@pytest.mark.parametrize("size", sorted(vit.SIZES))
+def test_every_size_answers_the_interface(size):
+    m = vit.variant(size)
+    assert spec.problems(m, values=size != "d2l") == [], size
+    assert m.TOKENS == (m.SIZE["image"] // m.SIZE["patch"]) ** 2 + 1
+
+
+@pytest.mark.parametrize("size, said", [
+    ({"image": 28, "patch": 5, "width": 8, "heads": 2, "blocks": 1, "mlp": 16}, "does not divide into"),
+    ({"image": 28, "patch": 7, "width": 10, "heads": 4, "blocks": 1, "mlp": 16}, "do not divide the width"),
+], ids=["patch", "heads"])
+def test_a_size_that_does_not_fit_is_one_line(size, said):
+    with pytest.raises(vit.SizeError, match=said) as e:
+        vit.check_size(size)
+    assert "\n" not in str(e.value)
+
+
+def test_gelu_is_the_exact_one():
+    assert vit.gelu(np.array(1.0)) == pytest.approx(0.8413447460685429, rel=1e-15)
+
+
+def _problem(seed=0):
+    """The tiny ViT with every parameter moved off its initial value (LayerNorm's scale
+    and every bias too), three images and their labels."""
+    m = vit.variant("tiny")
+    rng = np.random.default_rng(seed)
+    params = [p.astype(np.float64) + 0.3 * rng.standard_normal(p.shape)
+              for p in m.init_params(seed, "glorot")]
+    X = rng.standard_normal((3, *m.IMAGE_SHAPE))
+    return m, params, X, rng.integers(0, m.NUM_CLASSES, 3)
+
+
+def worst_gradient_error(coords: int = 6) -> float:
+    """The largest relative error of loss_and_grads' gradient against central
+    differences, over `coords` random coordinates of every parameter tensor."""
+    m, params, X, y = _problem()
+    _, _, grads = m.loss_and_grads(params, X, y)
+    rng, worst, h = np.random.default_rng(1), 0.0, 1e-6
+    for i, p in enumerate(params):
+        for flat in rng.choice(p.size, min(coords, p.size), replace=False):
+            idx = np.unravel_index(flat, p.shape)
+            plus, minus = [q.copy() for q in params], [q.copy() for q in params]
+            plus[i][idx] += h
+            minus[i][idx] -= h
+            numeric = (m.loss_and_grads(plus, X, y)[0] - m.loss_and_grads(minus, X, y)[0]) / (2 * h)
+            worst = max(worst, abs(grads[i][idx] - numeric) / max(1e-2, abs(numeric)))
+    return worst
+
+
+def test_the_backward_is_the_forwards_gradient():
+    assert worst_gradient_error() < 1e-6
+
+
+def test_the_forward_and_the_loss_agree():
+    m, params, X, y = _problem()
+    loss, logits, _ = m.loss_and_grads(params, X, y)
+    np.testing.assert_allclose(logits, m.forward(params, X), rtol=1e-12)
+    assert loss == pytest.approx(m.cross_entropy(logits, y).sum(), rel=1e-12)
+
+
+def _tanh_gelu_grad(x):
+    t = np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * np.sqrt(2 / np.pi) * (1 + 3 * 0.044715 * x * x)
+
+
+def _layernorm_backward_without_mean(dy, g, cache):
+    xhat, inv = cache
+    axes = tuple(range(dy.ndim - 1))
+    dxhat = dy * g
+    return inv * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdims=True)), \
+        (dy * xhat).sum(axes), dy.sum(axes)
+
+
+def _softmax_rows_off_one(s):
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True) * 1.01
+
+
+@pytest.mark.parametrize("name, plant", [
+    ("_layernorm_backward", _layernorm_backward_without_mean),
+    ("_gelu_grad", _tanh_gelu_grad),
+    ("_softmax", _softmax_rows_off_one),
+], ids=["layernorm-mean", "gelu-tanh", "softmax"])
+def test_a_planted_backward_fails_the_check(monkeypatch, name, plant):
+    monkeypatch.setattr(vit, name, plant)
+    assert worst_gradient_error() > 1e-4, name
+
+
+def test_the_oracle_trains_it():
+    m = vit.variant("tiny")
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((16, *m.IMAGE_SHAPE)), rng.integers(0, 10, 16)
+    losses, _ = models.sgd_steps(m, m.init_params(0, "glorot"), [(X, y)] * 15, lr=0.5)
+    assert losses[-1] < 0.5 * losses[0]
