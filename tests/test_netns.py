@@ -1,7 +1,9 @@
 """The emulated network of --network netns (common/launch/netns.py) on its own, no
 engine: its links carry traffic between the nodes' namespaces at the rate asked for,
 count it, and the namespaces go on every way out, a killed owner's at the next start."""
+import inspect
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -237,3 +239,21 @@ def test_a_node_finds_its_own_address_and_interface():
         assert own(0) == ["10.77.0.1", netns.LINK_IF]          # the master itself
         assert own(1, "10.77.0.1,10.77.0.2") == ["10.77.0.2", netns.LINK_IF]
         assert own(1, "10.77.0.1,localhost") == ["10.77.0.2", netns.LINK_IF]
+
+
+def test_an_owner_is_its_pid_and_its_start_time(tmp_path, monkeypatch):
+    """A state file naming a live pid with another start time (the pid reused by another
+    process after the owner died) is a dead owner's; the same pid and start time, a live
+    one (issue 53: the owner's identity beyond its pid was never tested). Planted: the
+    owner recognised by its pid alone keeps the dead run's namespaces."""
+    monkeypatch.setattr(netns, "STATE_DIR", tmp_path)
+    me = os.getpid()
+    (tmp_path / "live").write_text(f"{me} {netns._start_time(me)}")
+    (tmp_path / "reused").write_text(f"{me} 1")
+    assert netns._owner_alive("live") and not netns._owner_alive("reused")
+    rule = "return _start_time(int(pid)) == started"
+    source = inspect.getsource(netns._owner_alive)
+    assert rule in source
+    planted = dict(vars(netns))
+    exec(source.replace(rule, 'return Path(f"/proc/{pid}").exists()'), planted)
+    assert planted["_owner_alive"]("reused"), "by pid alone, the reused pid passes for its owner"
