@@ -217,3 +217,33 @@ def test_the_committed_validation_regenerates_from_its_committed_records(tmp_pat
     assert proc.returncode == 0, proc.stderr[-2000:]
     body = lambda text: text.split("\n", 3)[3]        # noqa: E731 - all but title and command
     assert body((tmp_path / "predict.md").read_text()) == body(committed)
+
+
+def link_source_gaps(links: dict) -> list[str]:
+    """Where a named link's figures are not its source line's: the bandwidth the nominal
+    "N GB/s each way" times its "xD" derating, the latency its "N us per hop"."""
+    import re
+    gaps = []
+    for name, link in links.items():
+        nominal = re.search(r"([\d.]+) GB/s each way", link.source)
+        derate = re.search(r", x([\d.]+)", link.source)
+        hop = re.search(r"(\d+) us per hop", link.source)
+        if not (nominal and derate and hop):
+            gaps.append(f"{name}: its source line does not say each figure")
+            continue
+        if abs(link.bandwidth - float(derate[1]) * float(nominal[1]) * 1e9) > 1e-6 * link.bandwidth:
+            gaps.append(f"{name}: bandwidth {link.bandwidth:.4g} is not the source's")
+        if abs(link.latency - float(hop[1]) * 1e-6) > 1e-12:
+            gaps.append(f"{name}: latency {link.latency:g} is not the source's")
+    return gaps
+
+
+def test_every_named_links_figures_are_its_source_lines():
+    """Issue 53: the NVLink, PCIe, Ethernet and InfiniBand figures were typed beside their
+    sources with nothing holding one to the other. Planted: NVLink's derating and PCIe's
+    latency changed without their lines."""
+    import dataclasses
+    assert link_source_gaps(P.LINKS) == []
+    planted = {**P.LINKS, "nvlink-h100": dataclasses.replace(P.LINKS["nvlink-h100"], bandwidth=0.9 * 450e9),
+               "pcie4-x16": dataclasses.replace(P.LINKS["pcie4-x16"], latency=5e-6)}
+    assert [g.split(":")[0] for g in link_source_gaps(planted)] == ["nvlink-h100", "pcie4-x16"]

@@ -80,18 +80,21 @@ class Link:
 # Nominal figures from the vendors' specifications, derated where measured all-reduce
 # bus bandwidth is known to fall short of the link rate (NCCL's own tests reach about
 # 80-90 % of it on large messages); latency per ring step is the order of a small
-# message's one-way time. Predictions from them are estimates; a measured
+# message's one-way time. Each source line says its figures (tests/test_predict.py holds
+# them to it). Predictions from them are estimates; a measured
 # --allreduce DIR replaces them with this machine's figures.
 LINKS = {link.name: link for link in (
     Link("nvlink-h100", 0.8 * 450e9, 5e-6,
-         "NVLink 4 on H100 SXM: 900 GB/s per GPU both ways (NVIDIA H100 datasheet), 450 each "
-         "way, x0.8"),
+         "NVLink 4 on H100 SXM: 900 GB/s per GPU both ways (NVIDIA H100 datasheet), 450 GB/s "
+         "each way, x0.8, 5 us per hop"),
     Link("pcie4-x16", 0.8 * 31.5e9, 10e-6,
-         "PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 = 31.5 GB/s each way (PCI-SIG), x0.8"),
+         "PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 = 31.5 GB/s each way (PCI-SIG), x0.8, "
+         "10 us per hop"),
     Link("25gbe", 0.9 * 25e9 / 8, 25e-6,
          "25 Gb Ethernet: 3.125 GB/s each way (IEEE 802.3by), x0.9 for TCP/IP, 25 us per hop"),
     Link("ib-100g", 0.9 * 100e9 / 8, 3e-6,
-         "100 Gb/s InfiniBand EDR: 12.5 GB/s each way (InfiniBand Trade Association), x0.9"),
+         "100 Gb/s InfiniBand EDR: 12.5 GB/s each way (InfiniBand Trade Association), x0.9, "
+         "3 us per hop"),
 )}
 
 
