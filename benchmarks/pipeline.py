@@ -232,8 +232,8 @@ def build_parser() -> Parser:
                    help="only say whether torch.distributed.pipelining and Paddle's fleet "
                         "PipelineParallel run here (2 processes, gloo)")
     p.add_argument("--measure-units", default=None, metavar="FRAMEWORK",
-                   help="only print the per-unit busy seconds of --model (one model, at its "
-                        "pipeline batch) in FRAMEWORK (JSON)")
+                   help="only print the per-unit busy seconds of the first --model of more "
+                        "than two units, at its pipeline batch, in FRAMEWORK (JSON)")
     return p
 
 
@@ -252,8 +252,14 @@ def main(argv=None) -> int:
         probe_engines()
         return 0
     if args.measure_units:
-        model = model_names[0]
-        print(json.dumps(measure_units(args.measure_units, model, units_batch(model), 5, args.threads)))
+        several = [m for m in model_names if len(models.get(m).UNITS) > 2]
+        if not several:
+            have = ", ".join(m for m in models.NAMES if len(models.get(m).UNITS) > 2)
+            print(f"{p.prog}: error: --measure-units: none of --model {args.model} has more than "
+                  f"two units; name one that has ({have})", file=sys.stderr)
+            return 2
+        print(json.dumps(measure_units(args.measure_units, several[0], units_batch(several[0]), 5,
+                                       args.threads)))
         return 0
     frameworks = [f for f in (registry.NAMES if args.framework == "all" else args.framework.split(","))
                   if registry.is_installed(f)]

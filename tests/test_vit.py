@@ -87,8 +87,10 @@ def _layernorm_backward_without_mean(dy, g, cache):
 
 
 def _softmax_rows_off_one(s):
+    """The attention's weights (batch, heads, tokens, tokens) 1 % off summing to one; the
+    loss's softmax (2-D) as it is, so that the plant is the attention's alone."""
     e = np.exp(s - s.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True) * 1.01
+    return e / e.sum(-1, keepdims=True) * (1.01 if s.ndim == 4 else 1.0)
 
 
 @pytest.mark.parametrize("name, plant", [
@@ -107,3 +109,15 @@ def test_the_oracle_trains_it():
     X, y = rng.standard_normal((16, *m.IMAGE_SHAPE)), rng.integers(0, 10, 16)
     losses, _ = models.sgd_steps(m, m.init_params(0, "glorot"), [(X, y)] * 15, lr=0.5)
     assert losses[-1] < 0.5 * losses[0]
+
+
+def test_the_matmul_flops_counted_from_its_layers_are_its_train_flops():
+    """Its layers' matrix products (patch embedding, projections, attention's two, MLP,
+    head), forward and backward, are TRAIN_FLOPS_PER_IMAGE less the patch embedding's
+    input gradient (the image's, which no framework computes)."""
+    from common.models import costs
+    for size in vit.SIZES:
+        m = vit.variant(size)
+        first = m.LAYERS[0]
+        skipped = 2 * first["cout"] * first["hout"] ** 2 * first["cin"] * first["k"] ** 2
+        assert costs.matmul_flops(m, 4) == 4 * (m.TRAIN_FLOPS_PER_IMAGE - skipped), size

@@ -56,6 +56,11 @@ def loss(classes: int) -> dict:
     return {"kind": "loss", "n": classes}
 
 
+def _attention_macs(layer: dict, batch: int) -> int:
+    """Multiply-adds of attention's two matmuls forward, q k^T and the weighted sum."""
+    return 2 * batch * layer["heads"] * layer["tokens"] ** 2 * layer["head_dim"]
+
+
 def _layer_costs(layer: dict, batch: int) -> dict[str, tuple[float, float]]:
     """{class: (FLOPs, bytes)} of one layer's forward and backward at `batch` images."""
     b = batch
@@ -82,12 +87,12 @@ def _layer_costs(layer: dict, batch: int) -> dict[str, tuple[float, float]]:
         return {"pooling": (2 * window, F32 * (2 * x + 2 * y))}
     if kind == "attention":
         h, t, d = layer["heads"], layer["tokens"], layer["head_dim"]
-        macs = 2 * b * h * t * t * d                   # q k^T and the weighted sum
         qkv, scores = 3 * b * h * t * d, b * h * t * t
-        # forward: 2 x macs and the softmax (5 per score); backward: twice the matmuls,
-        # the softmax's (3 per score); bytes: q, k, v and the output, the scores twice
-        return {"attention": (6 * macs + 8 * scores,
-                              F32 * (2 * qkv + 2 * b * h * t * d + 4 * scores))}
+        # forward: the two matmuls and the softmax (5 per score); backward: twice the
+        # matmuls and the softmax's (3 per score); bytes: q, k, v read and their
+        # gradients written, the output and its gradient, the scores and their gradient
+        return {"attention": (6 * _attention_macs(layer, b) + 8 * scores,
+                              F32 * (3 * qkv + 2 * b * h * t * d + 4 * scores))}
     n = b * layer.get("n", 0)
     if kind == "layernorm":
         return {"layernorm": (13 * n, F32 * 7 * n)}     # as BatchNorm: 2 r + w, 3 r + w
@@ -118,9 +123,16 @@ def class_costs(model, batch: int) -> dict[str, dict[str, float]]:
 
 
 def matmul_flops(model, batch: int) -> float:
-    """The convolutions' and dense layers' FLOPs of a step, forward and backward."""
-    return sum(v["flops"] for c, v in class_costs(model, batch).items()
-               if c.startswith(("conv", "dense")))
+    """The matrix products' FLOPs of a step, forward and backward: the convolutions',
+    the dense layers' and attention's two (its softmax left out)."""
+    total = 0.0
+    for layer in model.LAYERS:
+        if layer["kind"] == "attention":
+            total += 6 * _attention_macs(layer, batch)
+            continue
+        total += sum(flops for c, (flops, _) in _layer_costs(layer, batch).items()
+                     if c.startswith(("conv", "dense")))
+    return total
 
 
 def _prod(shape) -> int:

@@ -10,7 +10,8 @@ LayerNorm of the class token and a dense head. GELU is the exact one (erf); no d
 an oracle cannot follow six frameworks' random streams, so every record says dropout 0.
 
 Layout: images NCHW, the patch filter OIHW, dense weights (in, out), the attention's
-projections three (Q, K, V), each (width, width), heads side by side in their columns.
+projections three (Q, K, V) and the output's, each (width, width) without a bias (d2l's
+use_bias=False), heads side by side in their columns.
 
 The model owns its sizes (SIZES): "default", what a 2-core CPU trains in minutes per
 epoch (provisional until issue 51's measurement); "d2l", the book's (96-pixel images,
@@ -32,7 +33,9 @@ from common.models import costs, layouts
 NUM_CLASSES = 10
 CHANNELS = 1
 LN_EPS = 1e-5                     # PyTorch's and Paddle's LayerNorm default, d2l's
-POS_SCALE = 0.02                  # d2l: the position embeddings start at N(0, 0.02^2)
+# the position embeddings start at N(0, 1), d2l's PyTorch torch.randn (its JAX tab: flax's
+# normal(), N(0, 0.01^2))
+POS_SCALE = 1.0
 INIT_SCALE = 0.01
 
 # image: the side of the (square) image the model sees, in pixels (Fashion-MNIST's 28,
@@ -44,10 +47,10 @@ SIZES = {"default": {"image": 28, "patch": 7, "width": 64, "heads": 4, "blocks":
 
 # one block's parameters, in the common order: (name, shape from width w and mlp m, kind)
 _BLOCK = (("ln1.gamma", lambda w, m: (w,), "ln_gamma"), ("ln1.beta", lambda w, m: (w,), "ln_beta"),
-          ("attn.q.weight", lambda w, m: (w, w), "dense_weight"), ("attn.q.bias", lambda w, m: (w,), "dense_bias"),
-          ("attn.k.weight", lambda w, m: (w, w), "dense_weight"), ("attn.k.bias", lambda w, m: (w,), "dense_bias"),
-          ("attn.v.weight", lambda w, m: (w, w), "dense_weight"), ("attn.v.bias", lambda w, m: (w,), "dense_bias"),
-          ("attn.out.weight", lambda w, m: (w, w), "dense_weight"), ("attn.out.bias", lambda w, m: (w,), "dense_bias"),
+          ("attn.q.weight", lambda w, m: (w, w), "dense_weight"),
+          ("attn.k.weight", lambda w, m: (w, w), "dense_weight"),
+          ("attn.v.weight", lambda w, m: (w, w), "dense_weight"),
+          ("attn.out.weight", lambda w, m: (w, w), "dense_weight"),
           ("ln2.gamma", lambda w, m: (w,), "ln_gamma"), ("ln2.beta", lambda w, m: (w,), "ln_beta"),
           ("mlp.fc1.weight", lambda w, m: (w, m), "dense_weight"), ("mlp.fc1.bias", lambda w, m: (m,), "dense_bias"),
           ("mlp.fc2.weight", lambda w, m: (m, w), "dense_weight"), ("mlp.fc2.bias", lambda w, m: (w,), "dense_bias"))
@@ -130,7 +133,7 @@ def _interface(size: dict) -> dict:
 
     def init_params(seed: int, init: str) -> list[np.ndarray]:
         """Dense and patch weights as `init` says (common.models.INITS), biases and the
-        class token zero, LayerNorm's scale one, the position embeddings N(0, 0.02^2)."""
+        class token zero, LayerNorm's scale one, the position embeddings N(0, POS_SCALE^2)."""
         rng = np.random.default_rng(seed)
         out = []
         for shape, kind in zip(shapes, kinds):
@@ -167,13 +170,13 @@ def _interface(size: dict) -> dict:
         z = np.concatenate([np.broadcast_to(P[2], (len(x), 1, w)), emb], axis=1) + P[3]
         caches = []
         for i in range(L):
-            (g1, b1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, g2, b2, W1, c1, W2, c2) = \
+            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = \
                 P[first + i * PER_BLOCK: first + (i + 1) * PER_BLOCK]
             a, ln1 = _layernorm(z, g1, b1)
-            q, k, v = split(a @ Wq + bq), split(a @ Wk + bk), split(a @ Wv + bv)
+            q, k, v = split(a @ Wq), split(a @ Wk), split(a @ Wv)
             att = _softmax(q @ k.transpose(0, 1, 3, 2) / math.sqrt(dh))
             o = merge(att @ v)
-            z1 = z + o @ Wo + bo
+            z1 = z + o @ Wo
             a2, ln2 = _layernorm(z1, g2, b2)
             u = a2 @ W1 + c1
             h = gelu(u)
@@ -202,17 +205,17 @@ def _interface(size: dict) -> dict:
         dz[:, 0] = dc0
         for i in reversed(range(L)):
             at = first + i * PER_BLOCK
-            (g1, b1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, g2, b2, W1, c1, W2, c2) = P[at:at + PER_BLOCK]
+            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = P[at:at + PER_BLOCK]
             z, a, ln1, q, k, v, att, o, z1, a2, ln2, u, h = caches[i]
             g = [None] * PER_BLOCK
             # MLP: z2 = z1 + gelu(LN(z1) W1 + c1) W2 + c2
-            g[14], g[15] = np.einsum("ntm,ntw->mw", h, dz), dz.sum((0, 1))
+            g[10], g[11] = np.einsum("ntm,ntw->mw", h, dz), dz.sum((0, 1))
             du = (dz @ W2.T) * _gelu_grad(u)
-            g[12], g[13] = np.einsum("ntw,ntm->wm", a2, du), du.sum((0, 1))
-            da2, g[10], g[11] = _layernorm_backward(du @ W1.T, g2, ln2)
+            g[8], g[9] = np.einsum("ntw,ntm->wm", a2, du), du.sum((0, 1))
+            da2, g[6], g[7] = _layernorm_backward(du @ W1.T, g2, ln2)
             dz1 = dz + da2
-            # attention: z1 = z + merge(softmax(q k^T / sqrt(dh)) v) Wo + bo
-            g[8], g[9] = np.einsum("ntw,ntv->wv", o, dz1), dz1.sum((0, 1))
+            # attention: z1 = z + merge(softmax(q k^T / sqrt(dh)) v) Wo
+            g[5] = np.einsum("ntw,ntv->wv", o, dz1)
             do = split(dz1 @ Wo.T)
             datt = do @ v.transpose(0, 1, 3, 2)
             dv = att.transpose(0, 1, 3, 2) @ do
@@ -221,7 +224,7 @@ def _interface(size: dict) -> dict:
             da = np.zeros_like(a)
             for j, (dproj, W) in enumerate(((dq, Wq), (dk, Wk), (dv, Wv))):
                 dproj = merge(dproj)
-                g[2 + 2 * j], g[3 + 2 * j] = np.einsum("ntw,ntv->wv", a, dproj), dproj.sum((0, 1))
+                g[2 + j] = np.einsum("ntw,ntv->wv", a, dproj)
                 da += dproj @ W.T
             dzn, g[0], g[1] = _layernorm_backward(da, g1, ln1)
             dz = dz1 + dzn
@@ -277,8 +280,9 @@ globals().update(_interface(SIZES["default"]))
 
 
 def variant(size: str) -> ModuleType:
-    """This model at another of SIZES, as a model module of its own, named vit_<size>
-    (registered: common.models.get takes it by that name)."""
+    """This model at another of SIZES, as a model module of its own, named vit_<size> and
+    registered: common.models.get takes it by that name in this process (a fresh one
+    calls variant first)."""
     if size not in SIZES:
         raise SizeError(f"vit: unknown size {size!r}; choose from: {', '.join(SIZES)}")
     if size == "default":

@@ -33,6 +33,10 @@ CLASSES = {
     "pooling": "max or average pooling, forward and backward",
     "activation": "ReLU and sigmoid, forward and backward",
     "batchnorm": "BatchNorm, forward and backward, with its running statistics",
+    "layernorm": "LayerNorm, forward and backward (a transformer's)",
+    "attention": "multi-head attention's scores, their softmax and the weighted sum of the "
+                 "values, forward and backward (its projections are dense layers)",
+    "gelu": "GELU, forward and backward",
     "softmax and loss": "softmax, cross-entropy and their gradient",
     "optimizer update": "the SGD update of the parameters (and zeroing the gradients)",
     "communication": "all-reduce and other collectives, send and receive",

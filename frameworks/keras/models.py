@@ -1,6 +1,6 @@
 """The models of common/models as Keras models (channels-last), built from Keras layers
 alone so that they run on every backend; their weights set from the common initial
-weights in the channels-last layout (common/models/layouts.py). Keras has no scratch
+weights in the channels-last layout (each model's CHANNELS_LAST). Keras has no scratch
 mode, so its oracle check (forward_backward) runs the Keras model, its gradients taken
 by the backend's own autodiff (frameworks/keras/backends: grads_of_loss_sum)."""
 import keras

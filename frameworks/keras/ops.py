@@ -6,9 +6,9 @@ list_devices and distribute_value), so the native all-reduce is TensorFlow's. On
 torch this module raises NotApplicable as it loads (the facts' `devices` gap), so that
 common.experiments.ops.load records the reason, and a backend that gains its Ops shows up
 as a listed gap that works."""
-from .backends import tensorflow
+from .backends import needs_tensorflow
 
-tensorflow("devices")    # on JAX and torch: NotApplicable, the facts' gap, as this loads
+needs_tensorflow("devices")    # on JAX and torch: NotApplicable, the facts' gap, as this loads
 
 import keras  # noqa: E402
 

@@ -1,12 +1,12 @@
 """The device-scopes model (common.experiments.scopes) in Keras 3 (TensorFlow backend): the
 chapter's functional model with one keras.layers.LSTM shared by both inputs, each
 part called under keras.device."""
-from .backends import tensorflow
+from .backends import needs_tensorflow
 
 # the gradients below are TensorFlow's (GradientTape): on JAX and torch the facts'
 # `scopes` gap, raised as the module loads (a backend that gains it shows as a listed
 # gap that works)
-tf = tensorflow("scopes")
+tf = needs_tensorflow("scopes")
 
 import keras  # noqa: E402
 

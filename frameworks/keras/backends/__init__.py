@@ -39,7 +39,7 @@ except ModuleNotFoundError as e:
                       "tensorflow, jax or torch)") from None
 
 
-def tensorflow(feature: str):
+def needs_tensorflow(feature: str):
     """TensorFlow, for the Keras code written with its calls; on a backend whose arrays
     are not TensorFlow's, the facts' gap `feature` as NotApplicable (a backend that gains
     the feature shows up as a listed gap that works)."""
