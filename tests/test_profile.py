@@ -3,6 +3,7 @@ known, the layers' counted FLOPs against the models' own counts, every framework
 table, and the command's bad input. No framework is imported here: the real profiles of
 every framework are checked in their conformance process (tests/helpers/conformance.py)."""
 import ast
+import types
 from pathlib import Path
 
 import pytest
@@ -733,3 +734,69 @@ def test_a_dropped_torch_rule_moves_its_seen_names():
     rules = profile.compile_rules([r for r in TORCH if r[1] != "activation"])
     moved = {n for n, c in SEEN["pytorch"].items() if profile.classify(n, rules) != c}
     assert moved == {"aten::relu", "ReluBackward0", "aten::threshold_backward"}
+
+
+class _Queued:
+    """A device that queues work: each step returns at once and its 20 ms are done when
+    the host synchronises (as a GPU's stream, or MXNet's engine)."""
+    STEP = 0.02
+
+    def __init__(self):
+        self.pending = 0.0
+
+    # the backend's part
+    def synchronize(self):
+        import time
+        time.sleep(self.pending)
+        self.pending = 0.0
+
+    def op_profiler(self, folder):
+        import contextlib
+
+        class Prof:
+            rules, nesting = [], "outermost"
+
+            @contextlib.contextmanager
+            def step(self, i):
+                yield
+
+            def events(self):
+                return []
+        return contextlib.nullcontext(Prof())
+
+    # the trainer's part
+    def train_epoch(self, X, y, order, on_step):
+        self.pending += self.STEP * len(order)
+        return [2.0] * len(order)
+
+    def losses(self, handles):
+        return handles
+
+    def load_params(self, params, state):
+        pass
+
+
+def _profiled(profiling) -> dict:
+    from common.core.plan import RunConfig
+    from common.facts import data
+    device = _Queued()
+    cfg = RunConfig("pytorch", "native", 1, batch_size=8, steps_per_epoch=None, profile_steps=3)
+    return profiling.profile(device, device, cfg, data.synthetic(0, n_train=256, n_test=8))
+
+
+def test_the_step_without_the_profiler_waits_for_the_device():
+    """Both windows read the clock after the device is done: 20 ms a step queued on a
+    device that works only when synchronised, each window's step at least that (issue 53:
+    "step without the profiler", and so the profiler's cost on every page, was never
+    checked). Planted: the plain window read before the synchronisation, 0 ms a step."""
+    import inspect
+
+    from common.core import profiling
+    out = _profiled(profiling)
+    assert out["plain_step_ms"] >= 19 and out["profiled_step_ms"] >= 19
+    read = "    backend.synchronize()\n    plain_sec = time.perf_counter() - t0"
+    source = inspect.getsource(profiling)
+    assert read in source
+    planted = {"__name__": "planted"}
+    exec(source.replace(read, "    plain_sec = time.perf_counter() - t0"), planted)
+    assert _profiled(types.SimpleNamespace(profile=planted["profile"]))["plain_step_ms"] < 5
