@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from common import models
+from common.facts import registry
 from common.models import spec, vit
 
 
@@ -121,3 +122,36 @@ def test_the_matmul_flops_counted_from_its_layers_are_its_train_flops():
         first = m.LAYERS[0]
         skipped = 2 * first["cout"] * first["hout"] ** 2 * first["cin"] * first["k"] ** 2
         assert costs.matmul_flops(m, 4) == 4 * (m.TRAIN_FLOPS_PER_IMAGE - skipped), size
+
+
+@pytest.mark.skipif("pytorch" not in registry.installed(), reason="pytorch is not installed")
+@pytest.mark.parametrize("size", ["tiny", "default"])
+def test_pytorchs_scratch_vit_is_the_oracle(size):
+    """frameworks/pytorch/models.py's ViT, in float64, against the oracle: the logits, the
+    loss and every parameter's gradient (F.scaled_dot_product_attention, F.layer_norm,
+    F.gelu at the oracle's choices); each unit in turn (model mode's cut) the same."""
+    import torch
+    import torch.nn.functional as F
+
+    from frameworks.pytorch.models import ViT
+    m = vit.variant(size)
+    rng = np.random.default_rng(3)
+    params = [p.astype(np.float64) + 0.1 * rng.standard_normal(p.shape)
+              for p in m.init_params(0, "glorot")]
+    X = rng.standard_normal((4, *m.IMAGE_SHAPE))
+    y = rng.integers(0, m.NUM_CLASSES, 4)
+    loss, logits, grads = m.loss_and_grads(params, X, y)
+    ops = ViT(m.NAME)
+    tp = [torch.tensor(p, requires_grad=True) for p in params]
+    out = ops.apply(tp, [], torch.tensor(X), True)
+    total = F.cross_entropy(out, torch.tensor(y), reduction="sum")
+    total.backward()
+    np.testing.assert_allclose(out.detach().numpy(), logits, rtol=1e-10, atol=1e-12)
+    assert float(total.detach()) == pytest.approx(loss, rel=1e-12)
+    for name, g, t in zip(m.PARAM_NAMES, grads, tp):
+        np.testing.assert_allclose(t.grad.numpy(), g, rtol=1e-8, atol=1e-10, err_msg=name)
+    h = torch.tensor(X)
+    with torch.no_grad():
+        for u in range(len(m.UNITS)):
+            h = ops.apply_units(tp, [], h, (u, u + 1), False)
+    np.testing.assert_allclose(h.numpy(), logits, rtol=1e-10, atol=1e-12)
