@@ -155,3 +155,39 @@ def test_pytorchs_scratch_vit_is_the_oracle(size):
         for u in range(len(m.UNITS)):
             h = ops.apply_units(tp, [], h, (u, u + 1), False)
     np.testing.assert_allclose(h.numpy(), logits, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.skipif("pytorch" not in registry.installed(), reason="pytorch is not installed")
+def test_pytorchs_own_layers_compute_the_oracles_vit():
+    """The native ViT (nn.MultiheadAttention with its fused QKV, nn.LayerNorm, nn.GELU),
+    loaded from the common weights and read back unchanged, in float64: the oracle's
+    logits and every gradient (read in the common layout). Planted: Q and K swapped in
+    the fused in_proj_weight."""
+    import torch
+    import torch.nn.functional as F
+
+    from frameworks.pytorch.models import ViTModule
+    m = vit.variant("tiny")
+    rng = np.random.default_rng(4)
+    params = [p.astype(np.float64) + 0.1 * rng.standard_normal(p.shape)
+              for p in m.init_params(0, "glorot")]
+    X, y = rng.standard_normal((4, *m.IMAGE_SHAPE)), rng.integers(0, m.NUM_CLASSES, 4)
+    loss, logits, grads = m.loss_and_grads(params, X, y)
+
+    module = ViTModule([p.astype(np.float32) for p in params], [], m.NAME).double()
+    module.load(params, [])
+    out = module(torch.tensor(X))
+    F.cross_entropy(out, torch.tensor(y), reduction="sum").backward()
+    out = out.detach().numpy()
+    for a, b in zip(module.read()[0], params):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(out, logits, rtol=1e-10, atol=1e-12)
+    for (t, rows, transposed), g, name in zip(module.slots(), grads, m.PARAM_NAMES):
+        got = t.grad.numpy()
+        got = got[rows] if rows is not None else got
+        np.testing.assert_allclose(got.T if transposed else got, g, rtol=1e-8, atol=1e-10,
+                                   err_msg=name)
+    swapped = list(params)
+    swapped[6], swapped[7] = params[7], params[6]          # block 1's Wq and Wk
+    module.load(swapped, [])
+    assert not np.allclose(module(torch.tensor(X)).detach().numpy(), logits)

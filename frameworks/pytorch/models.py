@@ -158,6 +158,85 @@ class ViT(ModelOps):
         return X
 
 
+class ViTBlock(nn.Module):
+    """d2l's ViTBlock in PyTorch's own layers: pre-norm nn.LayerNorm, nn.MultiheadAttention
+    (its Q, K and V one fused in_proj_weight; bias=False, as d2l's use_bias), a residual;
+    nn.LayerNorm, Linear, nn.GELU (exact), Linear, a residual."""
+
+    def __init__(self, w, mlp, heads, eps):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(w, eps=eps), nn.LayerNorm(w, eps=eps)
+        self.attention = nn.MultiheadAttention(w, heads, bias=False, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(w, mlp), nn.GELU(), nn.Linear(mlp, w))
+
+    def forward(self, X):
+        a = self.ln1(X)
+        X = X + self.attention(a, a, a, need_weights=False)[0]
+        return X + self.mlp(self.ln2(X))
+
+
+class ViTModule(nn.Module):
+    """d2l's ViT as an nn.Module (native mode), its weights set from the common list;
+    slots() pairs each common parameter with its tensor here and the view that turns one
+    into the other (nn.Linear keeps (out, in); in_proj_weight stacks Q, K, V)."""
+
+    def __init__(self, params, state, name="vit"):
+        super().__init__()
+        from common import models
+        m = models.get(name)
+        s, eps = m.SIZE, m.LN_EPS
+        w, p = s["width"], s["patch"]
+        self.per_block = m.PER_BLOCK
+        self.patch = nn.Conv2d(m.IMAGE_SHAPE[0], w, p, stride=p)
+        self.cls, self.pos = nn.Parameter(torch.zeros(w)), nn.Parameter(torch.zeros(m.TOKENS, w))
+        self.blocks = nn.Sequential(*[ViTBlock(w, s["mlp"], s["heads"], eps)
+                                      for _ in range(s["blocks"])])
+        self.head = nn.Sequential(nn.LayerNorm(w, eps=eps), nn.Linear(w, m.NUM_CLASSES))
+        self.load(params, state)
+
+    def forward(self, X):
+        x = self.patch(X).flatten(2).transpose(1, 2)
+        X = torch.cat([self.cls.expand(len(x), 1, -1), x], 1) + self.pos
+        return self.head(self.blocks(X)[:, 0])
+
+    def slots(self):
+        """(tensor, its rows or None, transposed) for each common parameter, in order."""
+        out = [(self.patch.weight, None, False), (self.patch.bias, None, False),
+               (self.cls, None, False), (self.pos, None, False)]
+        for b in self.blocks:
+            w = b.ln1.normalized_shape[0]
+            qkv = b.attention.in_proj_weight
+            out += [(b.ln1.weight, None, False), (b.ln1.bias, None, False),
+                    *[(qkv, slice(i * w, (i + 1) * w), True) for i in range(3)],
+                    (b.attention.out_proj.weight, None, True),
+                    (b.ln2.weight, None, False), (b.ln2.bias, None, False),
+                    (b.mlp[0].weight, None, True), (b.mlp[0].bias, None, False),
+                    (b.mlp[2].weight, None, True), (b.mlp[2].bias, None, False)]
+        return out + [(self.head[0].weight, None, False), (self.head[0].bias, None, False),
+                      (self.head[1].weight, None, True), (self.head[1].bias, None, False)]
+
+    def read(self):
+        out = []
+        for t, rows, transposed in self.slots():
+            v = t.detach().cpu().numpy()
+            v = v[rows] if rows is not None else v
+            out.append((v.T if transposed else v).copy())
+        return out, []
+
+    def load(self, params, state):
+        with torch.no_grad():
+            for (t, rows, transposed), v in zip(self.slots(), params):
+                v = torch.from_numpy(np.ascontiguousarray(np.asarray(v).T if transposed else v))
+                (t[rows] if rows is not None else t).copy_(v)
+
+
+# model name -> its nn.Module of PyTorch's own layers (native mode), where one is written,
+# built from the common (params, state): the chapter's concise ResNet-18 (nn.BatchNorm2d,
+# which SyncBatchNorm can replace) and the ViT; the others' native form is their
+# functional one wrapped in an OpsModule (native.py)
+LAYERED = {"resnet18": ResNet18Module, "vit": ViTModule}
+
+
 class Models:
     models = {"lenet": LeNet(), "resnet18": ResNet18(), "vit": ViT()}
 

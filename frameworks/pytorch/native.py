@@ -15,7 +15,7 @@ from common.facts.data import shard_bounds
 from common.facts.settings import COMM_BUFFER_MB
 
 from .devices import compile_check, torch_device
-from .models import ResNet18Module, loss_sum, to_layout
+from .models import LAYERED, loss_sum, to_layout
 
 # DDP's communication hooks by the name a setting gives (common/facts/settings.py):
 # gradients cast to float16 for the all-reduce, and back
@@ -53,11 +53,6 @@ class OpsModule(nn.Module):
             for s, v in zip(self.state_tensors(), state):
                 s.copy_(torch.from_numpy(np.asarray(v)))
 
-
-# Models whose native form is a layered nn.Module of their own (the chapter's concise
-# implementation, with nn.BatchNorm2d that SyncBatchNorm can replace); the others
-# wrap their functional form in an OpsModule.
-LAYERED = {"resnet18": ResNet18Module}
 
 
 class DDPTrainer(ModuleTrainer):
@@ -163,6 +158,9 @@ class Native:
         return DDPTrainer(module, devices[0], lr, rank, world, execution, **self.comm)
 
     def _module(self, model, params):
+        """A model's layered nn.Module where models.py writes one (LAYERED: the chapter's
+        concise ResNet-18, whose BatchNorm2d SyncBatchNorm can replace; the ViT in
+        PyTorch's own layers), else its functional form wrapped in an OpsModule."""
         state = models.get(model).init_state()
         if model in LAYERED:
             return LAYERED[model](params, state)
