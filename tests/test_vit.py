@@ -12,6 +12,7 @@ import pytest
 from common import models
 from common.facts import registry
 from common.models import spec, vit
+from tests.conftest import per_framework
 
 
 @pytest.mark.parametrize("size", sorted(vit.SIZES))
@@ -124,70 +125,35 @@ def test_the_matmul_flops_counted_from_its_layers_are_its_train_flops():
         assert costs.matmul_flops(m, 4) == 4 * (m.TRAIN_FLOPS_PER_IMAGE - skipped), size
 
 
-@pytest.mark.skipif("pytorch" not in registry.installed(), reason="pytorch is not installed")
-@pytest.mark.parametrize("size", ["tiny", "default"])
-def test_pytorchs_scratch_vit_is_the_oracle(size):
-    """frameworks/pytorch/models.py's ViT, in float64, against the oracle: the logits, the
-    loss and every parameter's gradient (F.scaled_dot_product_attention, F.layer_norm,
-    F.gelu at the oracle's choices); each unit in turn (model mode's cut) the same."""
-    import torch
-    import torch.nn.functional as F
+# each framework's ViT against the oracle, in a process of its own (tests/helpers/
+# vit_checks.py); the frameworks that have one so far
+VIT_FRAMEWORKS = ("pytorch", "paddle")
 
-    from frameworks.pytorch.models import ViT
-    m = vit.variant(size)
-    rng = np.random.default_rng(3)
-    params = [p.astype(np.float64) + 0.1 * rng.standard_normal(p.shape)
-              for p in m.init_params(0, "glorot")]
-    X = rng.standard_normal((4, *m.IMAGE_SHAPE))
-    y = rng.integers(0, m.NUM_CLASSES, 4)
-    loss, logits, grads = m.loss_and_grads(params, X, y)
-    ops = ViT(m.NAME)
-    tp = [torch.tensor(p, requires_grad=True) for p in params]
-    out = ops.apply(tp, [], torch.tensor(X), True)
-    total = F.cross_entropy(out, torch.tensor(y), reduction="sum")
-    total.backward()
-    np.testing.assert_allclose(out.detach().numpy(), logits, rtol=1e-10, atol=1e-12)
-    assert float(total.detach()) == pytest.approx(loss, rel=1e-12)
-    for name, g, t in zip(m.PARAM_NAMES, grads, tp):
-        np.testing.assert_allclose(t.grad.numpy(), g, rtol=1e-8, atol=1e-10, err_msg=name)
-    h = torch.tensor(X)
-    with torch.no_grad():
-        for u in range(len(m.UNITS)):
-            h = ops.apply_units(tp, [], h, (u, u + 1), False)
-    np.testing.assert_allclose(h.numpy(), logits, rtol=1e-10, atol=1e-12)
+
+@pytest.fixture(scope="module")
+def vit_checks(tmp_path_factory):
+    return per_framework(tmp_path_factory, "tests.helpers.vit_checks")
+
+
+@pytest.mark.parametrize("framework", [f for f in VIT_FRAMEWORKS if f in registry.installed()])
+def test_each_frameworks_scratch_vit_is_the_oracle(vit_checks, framework):
+    """Its functional ViT in float64 at the tiny and default sizes: the logits and the
+    loss to 1e-10, every parameter's gradient to 1e-8, unit by unit (model mode's cut)
+    the same logits."""
+    for size in ("tiny", "default"):
+        e = vit_checks(framework)[f"scratch[{size}]"]
+        assert e["logits"] < 1e-10 and e["loss"] < 1e-10 and e["units"] < 1e-10, (size, e)
+        worst = max(e["grads"].items(), key=lambda kv: kv[1])
+        assert worst[1] < 1e-8, (size, worst)
 
 
 @pytest.mark.skipif("pytorch" not in registry.installed(), reason="pytorch is not installed")
-def test_pytorchs_own_layers_compute_the_oracles_vit():
-    """The native ViT (nn.MultiheadAttention with its fused QKV, nn.LayerNorm, nn.GELU),
-    loaded from the common weights and read back unchanged, in float64: the oracle's
-    logits and every gradient (read in the common layout). Planted: Q and K swapped in
-    the fused in_proj_weight."""
-    import torch
-    import torch.nn.functional as F
-
-    from frameworks.pytorch.models import ViTModule
-    m = vit.variant("tiny")
-    rng = np.random.default_rng(4)
-    params = [p.astype(np.float64) + 0.1 * rng.standard_normal(p.shape)
-              for p in m.init_params(0, "glorot")]
-    X, y = rng.standard_normal((4, *m.IMAGE_SHAPE)), rng.integers(0, m.NUM_CLASSES, 4)
-    loss, logits, grads = m.loss_and_grads(params, X, y)
-
-    module = ViTModule([p.astype(np.float32) for p in params], [], m.NAME).double()
-    module.load(params, [])
-    out = module(torch.tensor(X))
-    F.cross_entropy(out, torch.tensor(y), reduction="sum").backward()
-    out = out.detach().numpy()
-    for a, b in zip(module.read()[0], params):
-        np.testing.assert_array_equal(a, b)
-    np.testing.assert_allclose(out, logits, rtol=1e-10, atol=1e-12)
-    for (t, rows, transposed), g, name in zip(module.slots(), grads, m.PARAM_NAMES):
-        got = t.grad.numpy()
-        got = got[rows] if rows is not None else got
-        np.testing.assert_allclose(got.T if transposed else got, g, rtol=1e-8, atol=1e-10,
-                                   err_msg=name)
-    swapped = list(params)
-    swapped[6], swapped[7] = params[7], params[6]          # block 1's Wq and Wk
-    module.load(swapped, [])
-    assert not np.allclose(module(torch.tensor(X)).detach().numpy(), logits)
+def test_pytorchs_own_layers_compute_the_oracles_vit(vit_checks):
+    """The native ViT (nn.MultiheadAttention with its fused QKV, nn.LayerNorm, nn.GELU)
+    loads the common weights and reads them back unchanged, and in float64 is the oracle
+    (logits, every gradient read in the common layout). Planted: Q and K swapped in the
+    fused in_proj_weight moves the logits."""
+    e = vit_checks("pytorch")["native[tiny]"]
+    assert e["read_back"] == 0 and e["logits"] < 1e-10, e
+    assert max(e["grads"].values()) < 1e-8, e["grads"]
+    assert e["qk_swapped"] > 1e-3, e

@@ -1,0 +1,110 @@
+"""The ViT of one framework against the NumPy oracle (common/models/vit.py), in float64,
+run in a process of its own as every framework's checks are:
+
+    python -m tests.helpers.vit_checks FRAMEWORK OUT_JSON
+
+Writes, for the scratch ViT (its models.py ModelOps) at the tiny and default sizes, and
+for its own-layers module where it has one (native mode), the largest relative errors
+of the logits, the loss, every gradient and the unit-by-unit forward (model mode's cut);
+tests/test_vit.py judges them against its tolerances."""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from common.facts import registry
+from common.models import vit
+
+
+def _problem(size: str, seed: int = 3):
+    m = vit.variant(size)
+    rng = np.random.default_rng(seed)
+    params = [p.astype(np.float64) + 0.1 * rng.standard_normal(p.shape)
+              for p in m.init_params(0, "glorot")]
+    X, y = rng.standard_normal((4, *m.IMAGE_SHAPE)), rng.integers(0, m.NUM_CLASSES, 4)
+    return m, params, X, y, m.loss_and_grads(params, X, y)
+
+
+def _rel(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
+
+
+def _errors(m, out, total, grads_got, units_out, oracle) -> dict:
+    loss, logits, grads = oracle
+    return {"logits": _rel(out, logits), "loss": _rel(total, loss),
+            "grads": {n: _rel(g, r) for n, g, r in zip(m.PARAM_NAMES, grads_got, grads)},
+            "units": _rel(units_out, logits)}
+
+
+def torch_checks() -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from frameworks.pytorch.models import ViT, ViTModule
+    out = {}
+    for size in ("tiny", "default"):
+        m, params, X, y, oracle = _problem(size)
+        ops = ViT(m.NAME)
+        tp = [torch.tensor(p, requires_grad=True) for p in params]
+        logits = ops.apply(tp, [], torch.tensor(X), True)
+        total = F.cross_entropy(logits, torch.tensor(y), reduction="sum")
+        total.backward()
+        h = torch.tensor(X)
+        with torch.no_grad():
+            for u in range(len(m.UNITS)):
+                h = ops.apply_units(tp, [], h, (u, u + 1), False)
+        out[f"scratch[{size}]"] = _errors(m, logits.detach().numpy(), float(total.detach()),
+                                          [t.grad.numpy() for t in tp], h.numpy(), oracle)
+    m, params, X, y, oracle = _problem("tiny", seed=4)
+    module = ViTModule([p.astype(np.float32) for p in params], [], m.NAME).double()
+    module.load(params, [])
+    logits = module(torch.tensor(X))
+    total = F.cross_entropy(logits, torch.tensor(y), reduction="sum")
+    total.backward()
+    got = []
+    for t, rows, transposed in module.slots():
+        g = t.grad.numpy()
+        g = g[rows] if rows is not None else g
+        got.append(g.T if transposed else g)
+    out["native[tiny]"] = {**_errors(m, logits.detach().numpy(), float(total.detach()), got,
+                                     logits.detach().numpy(), oracle),
+                           "read_back": max(_rel(a, b) for a, b in zip(module.read()[0], params))}
+    swapped = list(params)
+    swapped[6], swapped[7] = params[7], params[6]          # block 1's Wq and Wk
+    module.load(swapped, [])
+    out["native[tiny]"]["qk_swapped"] = _rel(module(torch.tensor(X)).detach().numpy(), oracle[1])
+    return out
+
+
+def paddle_checks() -> dict:
+    import paddle
+    import paddle.nn.functional as F
+
+    from frameworks.paddle.models import ViT
+    out = {}
+    for size in ("tiny", "default"):
+        m, params, X, y, oracle = _problem(size)
+        ops = ViT(m.NAME)
+        tp = [paddle.to_tensor(p, stop_gradient=False) for p in params]
+        logits = ops.apply(tp, [], paddle.to_tensor(X), True)
+        total = F.cross_entropy(logits, paddle.to_tensor(y), reduction="sum")
+        total.backward()
+        h = paddle.to_tensor(X)
+        with paddle.no_grad():
+            for u in range(len(m.UNITS)):
+                h = ops.apply_units(tp, [], h, (u, u + 1), False)
+        out[f"scratch[{size}]"] = _errors(m, logits.numpy(), float(total), [t.grad.numpy() for t in tp],
+                                          h.numpy(), oracle)
+    return out
+
+
+CHECKS = {"pytorch": torch_checks, "paddle": paddle_checks}
+
+if __name__ == "__main__":
+    framework, path = sys.argv[1:]
+    registry.get(framework)          # its facts' environment, as every framework process
+    with open(path, "w") as f:
+        json.dump(CHECKS[framework](), f)
