@@ -83,6 +83,23 @@ class ModelOps(ABC):
         raise NotApplicable(f"{type(self).__name__} cannot be cut into pipeline stages yet")
 
 
+class UnitsOps(ModelOps):
+    """A model written as its units alone (model mode's cut): apply runs every unit, and
+    the model is named, so one class serves each of its sizes (the ViT's variants)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def apply(self, params: list, state: list, X: Any, training: bool) -> Any:
+        return self.apply_units(params, state, X, (0, len(models_mod.get(self.name).UNITS)),
+                                training)
+
+    @abstractmethod
+    def apply_units(self, params: list, state: list, X: Any, units: tuple[int, int],
+                    training: bool) -> Any:
+        ...
+
+
 class Trainer(ABC):
     """One training run's state on its devices: a scratch replica set, or the
     framework's own data-parallel machinery (in a multi-process run, one rank)."""

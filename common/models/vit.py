@@ -267,6 +267,30 @@ def _interface(size: dict) -> dict:
     }
 
 
+class Shape:
+    """What a framework's ViT reads of a size, once: widths, heads, the LayerNorm's
+    epsilon, and where each unit's parameters start (the embedding's at 0, block i's at
+    4 + i x PER_BLOCK, the head's after the blocks), so that its apply_units is its ops
+    alone."""
+
+    def __init__(self, name: str):
+        m = models.get(name)
+        s = m.SIZE
+        self.width, self.heads, self.patch, self.mlp = s["width"], s["heads"], s["patch"], s["mlp"]
+        self.head_width, self.blocks, self.tokens = s["width"] // s["heads"], s["blocks"], m.TOKENS
+        self.eps, self.per_block = m.LN_EPS, m.PER_BLOCK
+        self.head = 4 + self.blocks * self.per_block
+        self.units = len(m.UNITS)
+
+    def blocks_in(self, units: tuple[int, int]) -> list[int]:
+        """The first parameter of each block among units lo..hi-1."""
+        lo, hi = units
+        return [4 + i * self.per_block for i in range(max(lo, 1) - 1, min(hi - 1, self.blocks))]
+
+    def has_head(self, units: tuple[int, int]) -> bool:
+        return units[1] == self.blocks + 2
+
+
 NAME = "vit"
 # The commands' defaults (see lenet.py): provisional, set from the default size's shape
 # before issue 51's measurement of them on a 2-core CPU

@@ -5,8 +5,8 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from common.core.contract import ModelOps
-from common.models import resnet18 as R
+from common.core.contract import ModelOps, UnitsOps
+from common.models import resnet18 as R, vit
 
 # Paddle's BatchNorm momentum weights the old running value: 0.9 is PyTorch's 0.1
 BN_MOMENTUM = 1 - R.BN_MOMENTUM
@@ -124,51 +124,39 @@ class ResNet18Layer(nn.Layer):
         return self.fc(F.adaptive_avg_pool2d(h, 1).flatten(1))
 
 
-class ViT(ModelOps):
+class ViT(UnitsOps):
     """d2l's Vision Transformer (common/models/vit.py) in Paddle's functional ops: the
     patch embedding a strided conv2d, F.layer_norm at the model's epsilon, attention
     written out (softmax(q k^T / sqrt(head width)) v, as the chapter writes it), the
     exact GELU (F.gelu's default, approximate=False)."""
 
-    def __init__(self, name: str = "vit"):
-        self.name = name
-
-    def apply(self, params, state, X, training):
-        from common import models
-        return self.apply_units(params, state, X, (0, len(models.get(self.name).UNITS)), training)
-
     def apply_units(self, params, state, X, units, training):
-        from common import models
-        m = models.get(self.name)
-        size, eps = m.SIZE, m.LN_EPS
-        w, heads, blocks, p = size["width"], size["heads"], size["blocks"], size["patch"]
-        dh = w // heads
-        lo, hi = units
-        if lo == 0:                  # the embedding: patches, the class token, positions
-            x = F.conv2d(X, params[0], params[1], stride=p).flatten(2).transpose([0, 2, 1])
+        s = vit.Shape(self.name)
+        w = s.width
+        if units[0] == 0:            # the embedding: patches, the class token, positions
+            x = F.conv2d(X, params[0], params[1], stride=s.patch).flatten(2).transpose([0, 2, 1])
             cls = params[2].reshape([1, 1, w]).expand([x.shape[0], 1, w])
             X = paddle.concat([cls, x], axis=1) + params[3]
-        for i in range(max(lo, 1) - 1, min(hi - 1, blocks)):
-            at = 4 + i * m.PER_BLOCK
-            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + m.PER_BLOCK]
-            a = F.layer_norm(X, [w], g1, b1, eps)
+        for at in s.blocks_in(units):
+            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + s.per_block]
+            a = F.layer_norm(X, [w], g1, b1, s.eps)
             n, t = X.shape[:2]
-            q, k, v = (paddle.matmul(a, W).reshape([n, t, heads, dh]).transpose([0, 2, 1, 3])
-                       for W in (Wq, Wk, Wv))
-            att = F.softmax(paddle.matmul(q, k, transpose_y=True) / dh ** 0.5, axis=-1)
+            q, k, v = (paddle.matmul(a, W).reshape([n, t, s.heads, s.head_width])
+                       .transpose([0, 2, 1, 3]) for W in (Wq, Wk, Wv))
+            att = F.softmax(paddle.matmul(q, k, transpose_y=True) / s.head_width ** 0.5, axis=-1)
             o = paddle.matmul(att, v).transpose([0, 2, 1, 3]).reshape([n, t, w])
             X = X + paddle.matmul(o, Wo)
-            h = F.gelu(paddle.matmul(F.layer_norm(X, [w], g2, b2, eps), W1) + c1)
+            h = F.gelu(paddle.matmul(F.layer_norm(X, [w], g2, b2, s.eps), W1) + c1)
             X = X + paddle.matmul(h, W2) + c2
-        if hi == blocks + 2:         # the head: the class token's LayerNorm and dense
-            at = 4 + blocks * m.PER_BLOCK
-            c = F.layer_norm(X[:, 0], [w], params[at], params[at + 1], eps)
+        if s.has_head(units):        # the head: the class token's LayerNorm and dense
+            at = s.head
+            c = F.layer_norm(X[:, 0], [w], params[at], params[at + 1], s.eps)
             X = paddle.matmul(c, params[at + 2]) + params[at + 3]
         return X
 
 
 class Models:
-    models = {"lenet": LeNet(), "resnet18": ResNet18(), "vit": ViT()}
+    models = {"lenet": LeNet(), "resnet18": ResNet18(), "vit": ViT("vit")}
 
     def forward(self, model, params, X, training=False):
         with paddle.no_grad():

@@ -5,8 +5,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from common.core.contract import ModelOps
-from common.models import resnet18 as R
+from common.core.contract import ModelOps, UnitsOps
+from common.models import resnet18 as R, vit
 
 
 def to_layout(p):
@@ -120,41 +120,30 @@ class ResNet18Module(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(h, (1, 1)).flatten(1))
 
 
-class ViT(ModelOps):
+class ViT(UnitsOps):
     """d2l's Vision Transformer (common/models/vit.py) in PyTorch's functional ops: the
     patch embedding a strided conv2d, F.layer_norm at the model's epsilon, attention by
     F.scaled_dot_product_attention (its default scale 1/sqrt(head width), no mask, no
     dropout), the exact GELU (F.gelu's default)."""
 
-    def __init__(self, name: str = "vit"):
-        self.name = name
-
-    def apply(self, params, state, X, training):
-        from common import models
-        return self.apply_units(params, state, X, (0, len(models.get(self.name).UNITS)), training)
-
     def apply_units(self, params, state, X, units, training):
-        from common import models
-        m = models.get(self.name)
-        size, eps = m.SIZE, m.LN_EPS
-        w, heads, blocks, p = size["width"], size["heads"], size["blocks"], size["patch"]
-        lo, hi = units
-        if lo == 0:                  # the embedding: patches, the class token, positions
-            x = F.conv2d(X, params[0], params[1], stride=p).flatten(2).transpose(1, 2)
-            X = torch.cat([params[2].expand(len(x), 1, w), x], 1) + params[3]
-        for i in range(max(lo, 1) - 1, min(hi - 1, blocks)):
-            at = 4 + i * m.PER_BLOCK
-            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + m.PER_BLOCK]
-            a = F.layer_norm(X, (w,), g1, b1, eps)
+        s = vit.Shape(self.name)
+        if units[0] == 0:            # the embedding: patches, the class token, positions
+            x = F.conv2d(X, params[0], params[1], stride=s.patch).flatten(2).transpose(1, 2)
+            X = torch.cat([params[2].expand(len(x), 1, s.width), x], 1) + params[3]
+        for at in s.blocks_in(units):
+            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + s.per_block]
+            a = F.layer_norm(X, (s.width,), g1, b1, s.eps)
             n, t = X.shape[:2]
-            q, k, v = ((a @ W).view(n, t, heads, w // heads).transpose(1, 2) for W in (Wq, Wk, Wv))
+            q, k, v = ((a @ W).view(n, t, s.heads, s.head_width).transpose(1, 2)
+                       for W in (Wq, Wk, Wv))
             o = F.scaled_dot_product_attention(q, k, v)
-            X = X + o.transpose(1, 2).reshape(n, t, w) @ Wo
-            X = X + F.gelu(F.layer_norm(X, (w,), g2, b2, eps) @ W1 + c1) @ W2 + c2
-        if hi == blocks + 2:         # the head: the class token's LayerNorm and dense
-            at = 4 + blocks * m.PER_BLOCK
-            X = F.layer_norm(X[:, 0], (w,), params[at], params[at + 1], eps) @ params[at + 2] \
-                + params[at + 3]
+            X = X + o.transpose(1, 2).reshape(n, t, s.width) @ Wo
+            X = X + F.gelu(F.layer_norm(X, (s.width,), g2, b2, s.eps) @ W1 + c1) @ W2 + c2
+        if s.has_head(units):        # the head: the class token's LayerNorm and dense
+            at = s.head
+            X = F.layer_norm(X[:, 0], (s.width,), params[at], params[at + 1], s.eps) \
+                @ params[at + 2] + params[at + 3]
         return X
 
 
@@ -238,7 +227,7 @@ LAYERED = {"resnet18": ResNet18Module, "vit": ViTModule}
 
 
 class Models:
-    models = {"lenet": LeNet(), "resnet18": ResNet18(), "vit": ViT()}
+    models = {"lenet": LeNet(), "resnet18": ResNet18(), "vit": ViT("vit")}
 
     def forward(self, model, params, X, training=False):
         with torch.no_grad():

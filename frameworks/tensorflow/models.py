@@ -4,8 +4,8 @@ NumPy, see to_framework), and images are transposed inside the model."""
 import tensorflow as tf
 
 from common import models
-from common.core.contract import ModelOps
-from common.models import resnet18 as R
+from common.core.contract import ModelOps, UnitsOps
+from common.models import resnet18 as R, vit
 
 
 def loss_sum(logits, y):
@@ -106,7 +106,50 @@ class ResNet18(ModelOps):
         return tf.reduce_mean(h, [1, 2]) @ params[R.FC["weight"]] + params[R.FC["bias"]]
 
 
+def _layer_norm(x, g, b, eps):
+    """LayerNorm over the last axis (TensorFlow has no functional one): tf.nn.moments'
+    biased variance, as every framework's LayerNorm."""
+    mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return (x - mean) * tf.math.rsqrt(var + eps) * g + b
+
+
+class ViT(UnitsOps):
+    """d2l's Vision Transformer (common/models/vit.py) in TensorFlow's ops: the patch
+    embedding a strided tf.nn.conv2d on NHWC images (its filter HWIO: the model's
+    CHANNELS_LAST), LayerNorm from tf.nn.moments, attention written out, the exact
+    tf.nn.gelu (approximate=False, its default)."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.to_framework, self.from_framework = models.get(name).CHANNELS_LAST
+
+    def apply_units(self, params, state, X, units, training):
+        s = vit.Shape(self.name)
+        w = s.width
+        if units[0] == 0:            # the embedding: patches, the class token, positions
+            x = tf.nn.conv2d(tf.transpose(X, [0, 2, 3, 1]), params[0], s.patch, "VALID") + params[1]
+            x = tf.reshape(x, [tf.shape(x)[0], -1, w])
+            cls = tf.tile(tf.reshape(params[2], [1, 1, w]), [tf.shape(x)[0], 1, 1])
+            X = tf.concat([cls, x], axis=1) + params[3]
+        for at in s.blocks_in(units):
+            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + s.per_block]
+            a = _layer_norm(X, g1, b1, s.eps)
+
+            def heads_of(W):
+                return tf.transpose(tf.reshape(a @ W, [-1, s.tokens, s.heads, s.head_width]),
+                                    [0, 2, 1, 3])
+            q, k, v = heads_of(Wq), heads_of(Wk), heads_of(Wv)
+            att = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) / s.head_width ** 0.5, axis=-1)
+            o = tf.reshape(tf.transpose(att @ v, [0, 2, 1, 3]), [-1, s.tokens, w])
+            X = X + o @ Wo
+            X = X + tf.nn.gelu(_layer_norm(X, g2, b2, s.eps) @ W1 + c1) @ W2 + c2
+        if s.has_head(units):        # the head: the class token's LayerNorm and dense
+            at = s.head
+            X = _layer_norm(X[:, 0], params[at], params[at + 1], s.eps) @ params[at + 2] + params[at + 3]
+        return X
+
+
 class Models:
-    models = {"lenet": LeNet(), "resnet18": ResNet18()}
+    models = {"lenet": LeNet(), "resnet18": ResNet18(), "vit": ViT("vit")}
     # native mode with sync_bn: the models whose BatchNorm then spans the replicas
     sync_bn_models = {"resnet18": ResNet18(synchronized=True)}

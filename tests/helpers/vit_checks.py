@@ -101,7 +101,27 @@ def paddle_checks() -> dict:
     return out
 
 
-CHECKS = {"pytorch": torch_checks, "paddle": paddle_checks}
+def tensorflow_checks() -> dict:
+    import tensorflow as tf
+
+    from frameworks.tensorflow.models import ViT, loss_sum
+    out = {}
+    for size in ("tiny", "default"):
+        m, params, X, y, oracle = _problem(size)
+        ops = ViT(m.NAME)
+        tp = [tf.Variable(p) for p in ops.to_framework(params)]
+        with tf.GradientTape() as tape:
+            logits = ops.apply(tp, [], tf.constant(X), True)
+            total = loss_sum(logits, tf.constant(y))
+        grads = ops.from_framework([g.numpy() for g in tape.gradient(total, tp)])
+        h = tf.constant(X)
+        for u in range(len(m.UNITS)):
+            h = ops.apply_units(tp, [], h, (u, u + 1), False)
+        out[f"scratch[{size}]"] = _errors(m, logits.numpy(), float(total), grads, h.numpy(), oracle)
+    return out
+
+
+CHECKS = {"pytorch": torch_checks, "paddle": paddle_checks, "tensorflow": tensorflow_checks}
 
 if __name__ == "__main__":
     framework, path = sys.argv[1:]
