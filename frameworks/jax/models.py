@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from common.core.contract import ModelOps
-from common.models import resnet18 as R
+from common.core.contract import ModelOps, UnitsOps
+from common.models import resnet18 as R, vit
 
 from .devices import value
 
@@ -115,8 +115,44 @@ def training_step_fn(ops, units=None):
     return jax.value_and_grad(loss, has_aux=True)
 
 
+def layer_norm(x, g, b, eps):
+    """LayerNorm over the last axis (the biased variance, as every framework's)."""
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) * lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + eps) * g + b
+
+
+class ViT(UnitsOps):
+    """d2l's Vision Transformer (common/models/vit.py) in JAX: the patch embedding a
+    strided convolution, LayerNorm written out, attention by jax.nn.dot_product_attention
+    (its default scale 1/sqrt(head width); tokens before heads, its layout), and GELU
+    the exact one: jax.nn.gelu defaults to the tanh approximation, so approximate=False."""
+
+    def grouped(self, groups):
+        return self              # no BatchNorm: nothing per replica
+
+    def apply_units(self, params, state, X, units, training):
+        s = vit.Shape(self.name)
+        w = s.width
+        if units[0] == 0:            # the embedding: patches, the class token, positions
+            x = conv2d(X, params[0], params[1], stride=s.patch)
+            x = x.reshape(x.shape[0], w, -1).transpose(0, 2, 1)
+            X = jnp.concatenate([jnp.broadcast_to(params[2], (x.shape[0], 1, w)), x], 1) + params[3]
+        for at in s.blocks_in(units):
+            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + s.per_block]
+            a = layer_norm(X, g1, b1, s.eps)
+            n, t = X.shape[:2]
+            q, k, v = ((a @ W).reshape(n, t, s.heads, s.head_width) for W in (Wq, Wk, Wv))
+            X = X + jax.nn.dot_product_attention(q, k, v).reshape(n, t, w) @ Wo
+            h = jax.nn.gelu(layer_norm(X, g2, b2, s.eps) @ W1 + c1, approximate=False)
+            X = X + h @ W2 + c2
+        if s.has_head(units):        # the head: the class token's LayerNorm and dense
+            at = s.head
+            X = layer_norm(X[:, 0], params[at], params[at + 1], s.eps) @ params[at + 2] + params[at + 3]
+        return X
+
+
 class Models:
-    models = {"lenet": LeNet(), "resnet18": ResNet18()}
+    models = {"lenet": LeNet(), "resnet18": ResNet18(), "vit": ViT("vit")}
 
     def compiled(self, key, build):
         """A function built once per backend and key (jax.jit caches per shapes)."""

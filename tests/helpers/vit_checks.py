@@ -121,7 +121,32 @@ def tensorflow_checks() -> dict:
     return out
 
 
-CHECKS = {"pytorch": torch_checks, "paddle": paddle_checks, "tensorflow": tensorflow_checks}
+def jax_checks() -> dict:
+    import jax
+    jax.config.update("jax_enable_x64", True)         # this process's checks are float64
+    import jax.numpy as jnp
+
+    from frameworks.jax.models import ViT, loss_sum
+    out = {}
+    for size in ("tiny", "default"):
+        m, params, X, y, oracle = _problem(size)
+        ops = ViT(m.NAME)
+        jp = [jnp.asarray(p) for p in params]
+
+        def loss(ps):
+            logits = ops.apply(ps, [], jnp.asarray(X), True)
+            return loss_sum(logits, jnp.asarray(y)), logits
+        (total, logits), grads = jax.value_and_grad(loss, has_aux=True)(jp)
+        h = jnp.asarray(X)
+        for u in range(len(m.UNITS)):
+            h = ops.apply_units(jp, [], h, (u, u + 1), False)
+        out[f"scratch[{size}]"] = _errors(m, np.asarray(logits), float(total),
+                                          [np.asarray(g) for g in grads], np.asarray(h), oracle)
+    return out
+
+
+CHECKS = {"pytorch": torch_checks, "paddle": paddle_checks, "tensorflow": tensorflow_checks,
+          "jax": jax_checks}
 
 if __name__ == "__main__":
     framework, path = sys.argv[1:]
