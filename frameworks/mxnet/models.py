@@ -5,8 +5,8 @@ since a symbol has none; and each model as gluon's own layers (native mode)."""
 from mxnet import gluon, nd
 from mxnet.gluon import nn
 
-from common.core.contract import ModelOps
-from common.models import lenet as L, resnet18 as R
+from common.core.contract import ModelOps, UnitsOps
+from common.models import lenet as L, resnet18 as R, vit
 
 loss = gluon.loss.SoftmaxCrossEntropyLoss()
 
@@ -57,6 +57,44 @@ class ResNet18(ModelOps):
                                params[R.FC["bias"]])
 
 
+
+
+class ViT(UnitsOps):
+    """d2l's Vision Transformer (common/models/vit.py) in MXNet's operators (F: mx.nd, or
+    mx.sym in a hybridized block): Convolution with stride = kernel = patch, LayerNorm at
+    the model's epsilon, attention with batch_dot over (batch x heads) as d2l's MXNet
+    writes it, GELU as LeakyReLU(act_type="gelu")."""
+
+    def apply_units(self, params, state, X, units, training, F=nd):
+        s = vit.Shape(self.name)
+        w, patch = s.width, (s.patch, s.patch)
+        if units[0] == 0:            # the embedding: patches, the class token, positions
+            x = F.Convolution(data=X, weight=params[0], bias=params[1], kernel=patch,
+                              stride=patch, num_filter=w)
+            x = F.transpose(F.reshape(x, (0, w, -1)), (0, 2, 1))
+            cls = F.broadcast_like(F.reshape(params[2], (1, 1, w)),
+                                   F.slice_axis(x, axis=1, begin=0, end=1))
+            X = F.broadcast_add(F.concat(cls, x, dim=1), F.expand_dims(params[3], 0))
+
+        def heads_of(h):             # (batch, tokens, width) -> (batch x heads, tokens, head)
+            return F.reshape(F.transpose(F.reshape(h, (0, 0, s.heads, s.head_width)),
+                                         (0, 2, 1, 3)), (-3, 0, 0))
+        for at in s.blocks_in(units):
+            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + s.per_block]
+            a = F.LayerNorm(X, g1, b1, axis=-1, eps=s.eps)
+            q, k, v = (heads_of(F.dot(a, W)) for W in (Wq, Wk, Wv))
+            att = F.softmax(F.batch_dot(q, k, transpose_b=True) / s.head_width ** 0.5, axis=-1)
+            o = F.reshape(F.transpose(F.reshape(F.batch_dot(att, v), (-4, -1, s.heads, 0, 0)),
+                                      (0, 2, 1, 3)), (0, 0, -3))
+            X = X + F.dot(o, Wo)
+            u = F.broadcast_add(F.dot(F.LayerNorm(X, g2, b2, axis=-1, eps=s.eps), W1), c1)
+            X = X + F.broadcast_add(F.dot(F.LeakyReLU(u, act_type="gelu"), W2), c2)
+        if s.has_head(units):        # the head: the class token's LayerNorm and dense
+            at = s.head
+            c = F.reshape(F.slice_axis(X, axis=1, begin=0, end=1), (0, -1))
+            c = F.LayerNorm(c, params[at], params[at + 1], axis=-1, eps=s.eps)
+            X = F.broadcast_add(F.dot(c, params[at + 2]), params[at + 3])
+        return X
 
 # --- each model in gluon's own layers (native mode: a gluon Trainer over them) ---
 
@@ -131,4 +169,4 @@ GLUON_MODELS = {"lenet": (lambda sync_devices=0: gluon_lenet(), _lenet_slots),
 
 
 class Models:
-    models = {"lenet": LeNet(), "resnet18": ResNet18()}
+    models = {"lenet": LeNet(), "resnet18": ResNet18(), "vit": ViT("vit")}

@@ -145,7 +145,30 @@ def jax_checks() -> dict:
     return out
 
 
-CHECKS = {"pytorch": torch_checks, "paddle": paddle_checks, "tensorflow": tensorflow_checks,
+def mxnet_checks() -> dict:
+    from mxnet import autograd, nd
+
+    from frameworks.mxnet.models import ViT, loss
+    out = {}
+    for size in ("tiny", "default"):
+        m, params, X, y, oracle = _problem(size)
+        ops = ViT(m.NAME)
+        mp = [nd.array(p, dtype="float64") for p in params]
+        for p in mp:
+            p.attach_grad()
+        with autograd.record():
+            logits = ops.apply(mp, [], nd.array(X, dtype="float64"), True)
+            total = loss(logits, nd.array(y, dtype="float64")).sum()
+        total.backward()
+        h = nd.array(X, dtype="float64")
+        for u in range(len(m.UNITS)):
+            h = ops.apply_units(mp, [], h, (u, u + 1), False)
+        out[f"scratch[{size}]"] = _errors(m, logits.asnumpy(), float(total.asscalar()),
+                                          [p.grad.asnumpy() for p in mp], h.asnumpy(), oracle)
+    return out
+
+
+CHECKS = {"pytorch": torch_checks, "mxnet": mxnet_checks, "paddle": paddle_checks, "tensorflow": tensorflow_checks,
           "jax": jax_checks}
 
 if __name__ == "__main__":
