@@ -136,10 +136,13 @@ def jax_checks() -> dict:
         def loss(ps):
             logits = ops.apply(ps, [], jnp.asarray(X), True)
             return loss_sum(logits, jnp.asarray(y)), logits
-        (total, logits), grads = jax.value_and_grad(loss, has_aux=True)(jp)
+        # compiled: op by op, every primitive of every shape dispatches on its own (38 s
+        # for both sizes here, against a few in jax.jit)
+        (total, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(jp)
+        unit = jax.jit(ops.apply_units, static_argnums=(3, 4))
         h = jnp.asarray(X)
         for u in range(len(m.UNITS)):
-            h = ops.apply_units(jp, [], h, (u, u + 1), False)
+            h = unit(jp, [], h, (u, u + 1), False)
         out[f"scratch[{size}]"] = _errors(m, np.asarray(logits), float(total),
                                           [np.asarray(g) for g in grads], np.asarray(h), oracle)
     return out
