@@ -163,3 +163,22 @@ def test_pytorchs_own_layers_compute_the_oracles_vit(vit_checks):
     assert e["read_back"] == 0 and e["logits"] < 1e-10, e
     assert max(e["grads"].values()) < 1e-8, e["grads"]
     assert e["qk_swapped"] > 1e-3, e
+
+
+KERAS = [f for f in ("keras-tensorflow", "keras-jax", "keras-torch") if f in registry.installed()]
+
+
+@pytest.mark.parametrize("framework", KERAS)
+def test_keras_own_layers_compute_the_oracles_vit(vit_checks, framework):
+    """Keras's ViT (Conv2D, LayerNormalization at epsilon 1e-5 where Keras's default is
+    1e-3, MultiHeadAttention without biases, Dense with the exact GELU) in float64 on
+    each backend: loaded from the common weights and read back unchanged (its attention
+    kernels by head), the logits and every gradient to 1e-5 at both sizes. Measured:
+    on TensorFlow 3e-9 and 7e-9 (tf.nn.gelu's, as above); on JAX 1.9e-7 and 4.4e-7, on
+    torch 4.4e-7 and 8.5e-7 (float32 somewhere in Keras's path on those backends, not
+    yet found: the same weights on TensorFlow are exact). A wrong op is 1e-3 off."""
+    for size in ("tiny", "default"):
+        e = vit_checks(framework)[f"native[{size}]"]
+        assert e["read_back"] == 0 and e["logits"] < 1e-5 and e["loss"] < 1e-5, (size, e)
+        worst = max(e["grads"].items(), key=lambda kv: kv[1])
+        assert worst[1] < 1e-5, (size, worst)

@@ -93,6 +93,94 @@ def named_slots(m, stage=None):
     return find([R.PARAM_NAMES[i] for i in stage.params]), find([R.STATE_NAMES[j] for j in stage.state])
 
 
+class ClassToken(layers.Layer):
+    """The ViT's learned class token, put before the patches' tokens."""
+
+    def build(self, shape):
+        self.token = self.add_weight(shape=(shape[-1],), initializer="zeros", name="token")
+
+    def call(self, x):
+        token = keras.ops.broadcast_to(keras.ops.reshape(self.token, (1, 1, -1)),
+                                       (keras.ops.shape(x)[0], 1, x.shape[-1]))
+        return keras.ops.concatenate([token, x], axis=1)
+
+
+class Positions(layers.Layer):
+    """The ViT's learned position embeddings, added to every token."""
+
+    def build(self, shape):
+        self.positions = self.add_weight(shape=tuple(shape[1:]), initializer="zeros",
+                                         name="positions")
+
+    def call(self, x):
+        return x + self.positions
+
+
+def keras_vit(name, sync_bn=False, units=None):
+    """d2l's ViT (common/models/vit.py) in Keras's own layers: Conv2D for the patches,
+    LayerNormalization at the model's epsilon (Keras's default is 1e-3), MultiHeadAttention
+    without biases, Dense with the exact GELU (keras.activations.gelu's default). Each
+    layer named after its parameters, as ResNet-18's (vit_slots finds them)."""
+    from common.models import vit
+    s, m = vit.Shape(name), models.get(name)
+    image = m.IMAGE_SHAPE
+    X = keras.Input((image[1], image[2], image[0]))
+    x = layers.Conv2D(s.width, s.patch, strides=s.patch, name="patch")(X)
+    x = Positions(name="pos")(ClassToken(name="cls")(layers.Reshape((-1, s.width))(x)))
+    for i in range(1, s.blocks + 1):
+        a = layers.LayerNormalization(epsilon=s.eps, name=f"block{i}_ln1")(x)
+        a = layers.MultiHeadAttention(s.heads, s.head_width, use_bias=False,
+                                      name=f"block{i}_attn")(a, a)
+        x = layers.Add()([x, a])
+        h = layers.LayerNormalization(epsilon=s.eps, name=f"block{i}_ln2")(x)
+        h = layers.Dense(s.mlp, activation="gelu", name=f"block{i}_fc1")(h)
+        x = layers.Add()([x, layers.Dense(s.width, name=f"block{i}_fc2")(h)])
+    c = layers.LayerNormalization(epsilon=s.eps, name="head_ln")(x[:, 0])
+    return keras.Model(X, layers.Dense(m.NUM_CLASSES, name="head")(c), name=name)
+
+
+def vit_slots(m, stage=None):
+    """(parameters, state) in the common order: each ViT parameter's Keras variable."""
+    out = [m.get_layer("patch").kernel, m.get_layer("patch").bias, m.get_layer("cls").token,
+           m.get_layer("pos").positions]
+    i = 1
+    while any(layer.name == f"block{i}_ln1" for layer in m.layers):
+        attn = m.get_layer(f"block{i}_attn")
+        out += [m.get_layer(f"block{i}_ln1").gamma, m.get_layer(f"block{i}_ln1").beta,
+                attn.query_dense.kernel, attn.key_dense.kernel, attn.value_dense.kernel,
+                attn.output_dense.kernel,
+                m.get_layer(f"block{i}_ln2").gamma, m.get_layer(f"block{i}_ln2").beta,
+                m.get_layer(f"block{i}_fc1").kernel, m.get_layer(f"block{i}_fc1").bias,
+                m.get_layer(f"block{i}_fc2").kernel, m.get_layer(f"block{i}_fc2").bias]
+        i += 1
+    out += [m.get_layer("head_ln").gamma, m.get_layer("head_ln").beta,
+            m.get_layer("head").kernel, m.get_layer("head").bias]
+    return out, []
+
+
+def vit_layout(name):
+    """(common -> Keras, Keras -> common) of the ViT's parameters: channels-last (the
+    model's CHANNELS_LAST), and MultiHeadAttention's kernels by head, query/key/value
+    (width, heads, head width), output (heads, head width, width)."""
+    from common.models import vit
+    s = vit.Shape(name)
+    to_last, to_first = models.get(name).CHANNELS_LAST
+    attention = [at + j for at in s.blocks_in((1, s.blocks + 1)) for j in (2, 3, 4, 5)]
+    by_head = {at: (s.width, s.heads, s.head_width) for at in attention if (at - 4) % s.per_block != 5}
+    by_head.update({at: (s.heads, s.head_width, s.width) for at in attention
+                    if (at - 4) % s.per_block == 5})
+
+    def to_keras(params):
+        out = to_last(params)
+        return [out[i].reshape(by_head[i]) if i in by_head else out[i] for i in range(len(out))]
+
+    def to_common(params):
+        flat = [np.asarray(p).reshape(s.width, s.width) if i in by_head else np.asarray(p)
+                for i, p in enumerate(params)]
+        return to_first(flat)
+    return to_keras, to_common
+
+
 # model name -> (Keras model builder taking sync_bn, its (parameters, state) in the
 # common order); the weights' layout is channels-last (KerasModelOps)
 KERAS_MODELS = {"lenet": (keras_lenet, keras_slots), "resnet18": (keras_resnet18, named_slots)}

@@ -171,8 +171,41 @@ def mxnet_checks() -> dict:
     return out
 
 
+
+
+def keras_checks() -> dict:
+    """Keras's own layers (native mode: Keras has no scratch), float64, on the backend its
+    facts' environment names."""
+    import keras
+    if keras.config.backend() == "jax":       # JAX's arrays are float32 without x64
+        import jax
+        jax.config.update("jax_enable_x64", True)
+    keras.config.set_floatx("float64")
+    from frameworks.keras.backends import current
+    from frameworks.keras.models import _loss_sum, keras_vit, vit_layout, vit_slots
+    out = {}
+    for size in ("tiny", "default"):
+        m, params, X, y, oracle = _problem(size)
+        model = keras_vit(m.NAME)
+        variables, _ = vit_slots(model)
+        to_keras, to_common = vit_layout(m.NAME)
+        for v, p in zip(variables, to_keras(params)):
+            v.assign(p)
+        logits, total, grads = current.grads_of_loss_sum(
+            model, variables, [], X.transpose(0, 2, 3, 1), y, _loss_sum)
+        grads = to_common([keras.ops.convert_to_numpy(g) for g in grads])
+        logits = keras.ops.convert_to_numpy(logits)
+        out[f"native[{size}]"] = {**_errors(m, logits, float(keras.ops.convert_to_numpy(total)),
+                                            grads, logits, oracle),
+                                  "read_back": max(_rel(a, b) for a, b in zip(
+                                      to_common([keras.ops.convert_to_numpy(v) for v in variables]),
+                                      params))}
+    return out
+
+
 CHECKS = {"pytorch": torch_checks, "mxnet": mxnet_checks, "paddle": paddle_checks, "tensorflow": tensorflow_checks,
-          "jax": jax_checks}
+          "jax": jax_checks,
+          "keras-tensorflow": keras_checks, "keras-jax": keras_checks, "keras-torch": keras_checks}
 
 if __name__ == "__main__":
     framework, path = sys.argv[1:]
