@@ -20,6 +20,7 @@ is the default size; variant(size) builds the same model at another size.
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from types import ModuleType
@@ -268,7 +269,7 @@ def _interface(size: dict) -> dict:
 
 
 class Shape:
-    """What a framework's ViT reads of a size, once: widths, heads, the LayerNorm's
+    """What a framework's ViT reads of a size (shape(name), once per size): widths, heads, the LayerNorm's
     epsilon, and where each unit's parameters start (the embedding's at 0, block i's at
     4 + i x PER_BLOCK, the head's after the blocks), so that its apply_units is its ops
     alone."""
@@ -289,6 +290,13 @@ class Shape:
 
     def has_head(self, units: tuple[int, int]) -> bool:
         return units[1] == self.blocks + 2
+
+
+@functools.cache
+def shape(name: str) -> Shape:
+    """The Shape of the ViT registered as `name`, made once: every unit of every step
+    reads it."""
+    return Shape(name)
 
 
 NAME = "vit"

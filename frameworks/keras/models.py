@@ -122,7 +122,7 @@ def keras_vit(name, sync_bn=False, units=None):
     without biases, Dense with the exact GELU (keras.activations.gelu's default). Each
     layer named after its parameters, as ResNet-18's (vit_slots finds them)."""
     from common.models import vit
-    s, m = vit.Shape(name), models.get(name)
+    s, m = vit.shape(name), models.get(name)
     image = m.IMAGE_SHAPE
     X = keras.Input((image[1], image[2], image[0]))
     x = layers.Conv2D(s.width, s.patch, strides=s.patch, name="patch")(X)
@@ -141,10 +141,10 @@ def keras_vit(name, sync_bn=False, units=None):
 
 def vit_slots(m, stage=None):
     """(parameters, state) in the common order: each ViT parameter's Keras variable."""
+    from common.models import vit
     out = [m.get_layer("patch").kernel, m.get_layer("patch").bias, m.get_layer("cls").token,
            m.get_layer("pos").positions]
-    i = 1
-    while any(layer.name == f"block{i}_ln1" for layer in m.layers):
+    for i in range(1, vit.shape(m.name).blocks + 1):
         attn = m.get_layer(f"block{i}_attn")
         out += [m.get_layer(f"block{i}_ln1").gamma, m.get_layer(f"block{i}_ln1").beta,
                 attn.query_dense.kernel, attn.key_dense.kernel, attn.value_dense.kernel,
@@ -152,7 +152,6 @@ def vit_slots(m, stage=None):
                 m.get_layer(f"block{i}_ln2").gamma, m.get_layer(f"block{i}_ln2").beta,
                 m.get_layer(f"block{i}_fc1").kernel, m.get_layer(f"block{i}_fc1").bias,
                 m.get_layer(f"block{i}_fc2").kernel, m.get_layer(f"block{i}_fc2").bias]
-        i += 1
     out += [m.get_layer("head_ln").gamma, m.get_layer("head_ln").beta,
             m.get_layer("head").kernel, m.get_layer("head").bias]
     return out, []
@@ -163,21 +162,19 @@ def vit_layout(name):
     model's CHANNELS_LAST), and MultiHeadAttention's kernels by head, query/key/value
     (width, heads, head width), output (heads, head width, width)."""
     from common.models import vit
-    s = vit.Shape(name)
+    s = vit.shape(name)
     to_last, to_first = models.get(name).CHANNELS_LAST
-    attention = [at + j for at in s.blocks_in((1, s.blocks + 1)) for j in (2, 3, 4, 5)]
-    by_head = {at: (s.width, s.heads, s.head_width) for at in attention if (at - 4) % s.per_block != 5}
-    by_head.update({at: (s.heads, s.head_width, s.width) for at in attention
-                    if (at - 4) % s.per_block == 5})
+    by_head = {}
+    for at in s.blocks_in((1, s.blocks + 1)):       # a block's Wq, Wk, Wv, then Wo
+        by_head.update({at + j: (s.width, s.heads, s.head_width) for j in (2, 3, 4)})
+        by_head[at + 5] = (s.heads, s.head_width, s.width)
 
     def to_keras(params):
-        out = to_last(params)
-        return [out[i].reshape(by_head[i]) if i in by_head else out[i] for i in range(len(out))]
+        return [p.reshape(by_head[i]) if i in by_head else p for i, p in enumerate(to_last(params))]
 
     def to_common(params):
-        flat = [np.asarray(p).reshape(s.width, s.width) if i in by_head else np.asarray(p)
-                for i, p in enumerate(params)]
-        return to_first(flat)
+        return to_first([np.asarray(p).reshape(s.width, s.width) if i in by_head else np.asarray(p)
+                         for i, p in enumerate(params)])
     return to_keras, to_common
 
 

@@ -66,7 +66,7 @@ class ViT(UnitsOps):
     writes it, GELU as LeakyReLU(act_type="gelu")."""
 
     def apply_units(self, params, state, X, units, training, F=nd):
-        s = vit.Shape(self.name)
+        s = vit.shape(self.name)
         w, patch = s.width, (s.patch, s.patch)
         if units[0] == 0:            # the embedding: patches, the class token, positions
             x = F.Convolution(data=X, weight=params[0], bias=params[1], kernel=patch,

@@ -131,7 +131,7 @@ class ViT(UnitsOps):
     exact GELU (F.gelu's default, approximate=False)."""
 
     def apply_units(self, params, state, X, units, training):
-        s = vit.Shape(self.name)
+        s = vit.shape(self.name)
         w = s.width
         if units[0] == 0:            # the embedding: patches, the class token, positions
             x = F.conv2d(X, params[0], params[1], stride=s.patch).flatten(2).transpose([0, 2, 1])

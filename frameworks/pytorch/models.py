@@ -127,7 +127,7 @@ class ViT(UnitsOps):
     dropout), the exact GELU (F.gelu's default)."""
 
     def apply_units(self, params, state, X, units, training):
-        s = vit.Shape(self.name)
+        s = vit.shape(self.name)
         if units[0] == 0:            # the embedding: patches, the class token, positions
             x = F.conv2d(X, params[0], params[1], stride=s.patch).flatten(2).transpose(1, 2)
             X = torch.cat([params[2].expand(len(x), 1, s.width), x], 1) + params[3]

@@ -124,7 +124,7 @@ class ViT(UnitsOps):
         self.to_framework, self.from_framework = models.get(name).CHANNELS_LAST
 
     def apply_units(self, params, state, X, units, training):
-        s = vit.Shape(self.name)
+        s = vit.shape(self.name)
         w = s.width
         if units[0] == 0:            # the embedding: patches, the class token, positions
             x = tf.nn.conv2d(tf.transpose(X, [0, 2, 3, 1]), params[0], s.patch, "VALID") + params[1]

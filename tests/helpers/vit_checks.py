@@ -39,25 +39,42 @@ def _errors(m, out, total, grads_got, units_out, oracle) -> dict:
             "units": _rel(units_out, logits)}
 
 
+SIZES = ("tiny", "default")
+
+
+def _by_units(apply_units, m, X):
+    """The logits through every unit in turn, as model mode cuts the model."""
+    for u in range(len(m.UNITS)):
+        X = apply_units(X, (u, u + 1))
+    return X
+
+
+def _scratch(ViT, run) -> dict:
+    """Each size's errors of a framework's scratch ViT: run(ops, m, params, X, y) gives
+    its logits, summed loss, gradients (common layout) and logits unit by unit, NumPy."""
+    out = {}
+    for size in SIZES:
+        m, params, X, y, oracle = _problem(size)
+        out[f"scratch[{size}]"] = _errors(m, *run(ViT(m.NAME), m, params, X, y), oracle)
+    return out
+
+
 def torch_checks() -> dict:
     import torch
     import torch.nn.functional as F
 
     from frameworks.pytorch.models import ViT, ViTModule
-    out = {}
-    for size in ("tiny", "default"):
-        m, params, X, y, oracle = _problem(size)
-        ops = ViT(m.NAME)
+
+    def run(ops, m, params, X, y):
         tp = [torch.tensor(p, requires_grad=True) for p in params]
         logits = ops.apply(tp, [], torch.tensor(X), True)
         total = F.cross_entropy(logits, torch.tensor(y), reduction="sum")
         total.backward()
-        h = torch.tensor(X)
         with torch.no_grad():
-            for u in range(len(m.UNITS)):
-                h = ops.apply_units(tp, [], h, (u, u + 1), False)
-        out[f"scratch[{size}]"] = _errors(m, logits.detach().numpy(), float(total.detach()),
-                                          [t.grad.numpy() for t in tp], h.numpy(), oracle)
+            h = _by_units(lambda h, u: ops.apply_units(tp, [], h, u, False), m, torch.tensor(X))
+        return (logits.detach().numpy(), float(total.detach()), [t.grad.numpy() for t in tp],
+                h.numpy())
+    out = _scratch(ViT, run)
     m, params, X, y, oracle = _problem("tiny", seed=4)
     module = ViTModule([p.astype(np.float32) for p in params], [], m.NAME).double()
     module.load(params, [])
@@ -84,41 +101,32 @@ def paddle_checks() -> dict:
     import paddle.nn.functional as F
 
     from frameworks.paddle.models import ViT
-    out = {}
-    for size in ("tiny", "default"):
-        m, params, X, y, oracle = _problem(size)
-        ops = ViT(m.NAME)
+
+    def run(ops, m, params, X, y):
         tp = [paddle.to_tensor(p, stop_gradient=False) for p in params]
         logits = ops.apply(tp, [], paddle.to_tensor(X), True)
         total = F.cross_entropy(logits, paddle.to_tensor(y), reduction="sum")
         total.backward()
-        h = paddle.to_tensor(X)
         with paddle.no_grad():
-            for u in range(len(m.UNITS)):
-                h = ops.apply_units(tp, [], h, (u, u + 1), False)
-        out[f"scratch[{size}]"] = _errors(m, logits.numpy(), float(total), [t.grad.numpy() for t in tp],
-                                          h.numpy(), oracle)
-    return out
+            h = _by_units(lambda h, u: ops.apply_units(tp, [], h, u, False), m, paddle.to_tensor(X))
+        return logits.numpy(), float(total), [t.grad.numpy() for t in tp], h.numpy()
+    return _scratch(ViT, run)
 
 
 def tensorflow_checks() -> dict:
     import tensorflow as tf
 
     from frameworks.tensorflow.models import ViT, loss_sum
-    out = {}
-    for size in ("tiny", "default"):
-        m, params, X, y, oracle = _problem(size)
-        ops = ViT(m.NAME)
+
+    def run(ops, m, params, X, y):
         tp = [tf.Variable(p) for p in ops.to_framework(params)]
         with tf.GradientTape() as tape:
             logits = ops.apply(tp, [], tf.constant(X), True)
             total = loss_sum(logits, tf.constant(y))
         grads = ops.from_framework([g.numpy() for g in tape.gradient(total, tp)])
-        h = tf.constant(X)
-        for u in range(len(m.UNITS)):
-            h = ops.apply_units(tp, [], h, (u, u + 1), False)
-        out[f"scratch[{size}]"] = _errors(m, logits.numpy(), float(total), grads, h.numpy(), oracle)
-    return out
+        h = _by_units(lambda h, u: ops.apply_units(tp, [], h, u, False), m, tf.constant(X))
+        return logits.numpy(), float(total), grads, h.numpy()
+    return _scratch(ViT, run)
 
 
 def jax_checks() -> dict:
@@ -127,10 +135,8 @@ def jax_checks() -> dict:
     import jax.numpy as jnp
 
     from frameworks.jax.models import ViT, loss_sum
-    out = {}
-    for size in ("tiny", "default"):
-        m, params, X, y, oracle = _problem(size)
-        ops = ViT(m.NAME)
+
+    def run(ops, m, params, X, y):
         jp = [jnp.asarray(p) for p in params]
 
         def loss(ps):
@@ -140,22 +146,17 @@ def jax_checks() -> dict:
         # for both sizes here, against a few in jax.jit)
         (total, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(jp)
         unit = jax.jit(ops.apply_units, static_argnums=(3, 4))
-        h = jnp.asarray(X)
-        for u in range(len(m.UNITS)):
-            h = unit(jp, [], h, (u, u + 1), False)
-        out[f"scratch[{size}]"] = _errors(m, np.asarray(logits), float(total),
-                                          [np.asarray(g) for g in grads], np.asarray(h), oracle)
-    return out
+        h = _by_units(lambda h, u: unit(jp, [], h, u, False), m, jnp.asarray(X))
+        return np.asarray(logits), float(total), [np.asarray(g) for g in grads], np.asarray(h)
+    return _scratch(ViT, run)
 
 
 def mxnet_checks() -> dict:
     from mxnet import autograd, nd
 
     from frameworks.mxnet.models import ViT, loss
-    out = {}
-    for size in ("tiny", "default"):
-        m, params, X, y, oracle = _problem(size)
-        ops = ViT(m.NAME)
+
+    def run(ops, m, params, X, y):
         mp = [nd.array(p, dtype="float64") for p in params]
         for p in mp:
             p.attach_grad()
@@ -163,14 +164,10 @@ def mxnet_checks() -> dict:
             logits = ops.apply(mp, [], nd.array(X, dtype="float64"), True)
             total = loss(logits, nd.array(y, dtype="float64")).sum()
         total.backward()
-        h = nd.array(X, dtype="float64")
-        for u in range(len(m.UNITS)):
-            h = ops.apply_units(mp, [], h, (u, u + 1), False)
-        out[f"scratch[{size}]"] = _errors(m, logits.asnumpy(), float(total.asscalar()),
-                                          [p.grad.asnumpy() for p in mp], h.asnumpy(), oracle)
-    return out
-
-
+        h = _by_units(lambda h, u: ops.apply_units(mp, [], h, u, False), m,
+                      nd.array(X, dtype="float64"))
+        return logits.asnumpy(), float(total.asscalar()), [p.grad.asnumpy() for p in mp], h.asnumpy()
+    return _scratch(ViT, run)
 
 
 def keras_checks() -> dict:
@@ -184,7 +181,7 @@ def keras_checks() -> dict:
     from frameworks.keras.backends import current
     from frameworks.keras.models import _loss_sum, keras_vit, vit_layout, vit_slots
     out = {}
-    for size in ("tiny", "default"):
+    for size in SIZES:
         m, params, X, y, oracle = _problem(size)
         model = keras_vit(m.NAME)
         variables, _ = vit_slots(model)
