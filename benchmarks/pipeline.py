@@ -107,6 +107,11 @@ def units_batch(model: str) -> int:
     return models.get(model).COMMANDS["pipeline"]["batch"]
 
 
+def with_units(names) -> list[str]:
+    """The models among `names` whose units are worth measuring: more than two."""
+    return [m for m in names if len(models.get(m).UNITS) > 2]
+
+
 def _cut(model: str, costs, k: int = 2) -> list[str]:
     m = models.get(model)
     fake = SimpleNamespace(NAME=model, UNITS=m.UNITS, UNIT_COST=tuple(costs))
@@ -252,9 +257,9 @@ def main(argv=None) -> int:
         probe_engines()
         return 0
     if args.measure_units:
-        several = [m for m in model_names if len(models.get(m).UNITS) > 2]
+        several = with_units(model_names)
         if not several:
-            have = ", ".join(m for m in models.NAMES if len(models.get(m).UNITS) > 2)
+            have = ", ".join(with_units(models.NAMES))
             print(f"{p.prog}: error: --measure-units: none of --model {args.model} has more than "
                   f"two units; name one that has ({have})", file=sys.stderr)
             return 2
@@ -290,8 +295,7 @@ def main(argv=None) -> int:
             if r.get("mode") == "model" and r.get("devices", 1) > 1]
     schedule_plots(last, out)
     units = {}
-    several = [m for m in model_names if len(models.get(m).UNITS) > 2]
-    for model in several if UNITS_BY in frameworks else []:
+    for model in with_units(model_names) if UNITS_BY in frameworks else []:
         proc = subprocess.run([sys.executable, "-m", "benchmarks.pipeline", "--measure-units", UNITS_BY,
                                "--model", model, "--threads", str(args.threads)], cwd=ROOT,
                               env=worker_env(args.threads), capture_output=True, text=True,

@@ -74,6 +74,7 @@ def warm_up(backend: Backend, trainer: Trainer, ds: data_mod.Dataset, batches, i
     trainer.load_params(*initial)
     return secs
 
+
 class Untraced:
     """An untraced run's timeline: no spans, and steps that do not wait for the device."""
     spans = None
