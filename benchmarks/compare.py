@@ -90,8 +90,10 @@ def build_parser() -> Parser:
     p.add_argument("--framework", default="all",
                    help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}; "
                         "keras: every installed Keras backend")
-    p.add_argument("--model", default="lenet", choices=models.NAMES,
-                   help="the network to train (resnet18 costs about 200x LeNet per image)")
+    p.add_argument("--model", default="lenet", choices=models.choices(),
+                   help="the network to train (resnet18 costs about 200x LeNet per image; vit is "
+                        "d2l's Vision Transformer at the default size, vit_d2l at the book's, its "
+                        "images resized to 96 pixels)")
     p.add_argument("--init", default=RUN_DEFAULTS["init"], choices=models.INITS,
                    help="how the weights start, the same NumPy arrays in every framework: " +
                         "; ".join(f"{k}: {v}" for k, v in models.INITS.items()))

@@ -14,7 +14,7 @@ from tests.conftest import covered, run_python
 from tests.test_pipeline import PLANTED_1F1B_FAILS
 
 
-@pytest.mark.parametrize("check", check_ids(models.NAMES))
+@pytest.mark.parametrize("check", check_ids(models.check_models()))
 @pytest.mark.parametrize("framework", covered())
 def test_conformance(conformance, framework, check):
     result = conformance(framework)[check]

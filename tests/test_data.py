@@ -129,3 +129,18 @@ def test_synthetic_data_is_learnable():
     shuffled = fit_and_score(np.random.default_rng(0).permutation(ds.y_train))
     assert learned > 0.9, learned
     assert shuffled < 0.2, shuffled
+
+
+def test_a_resize_is_scipys_bilinear_zoom_of_each_whole_image():
+    """d2l's ViT size takes 96-pixel images: the data layer resizes once (rows and columns
+    by one interpolation matrix) to what scipy.ndimage.zoom makes of each whole image; the
+    check tells a resize that swapped rows and columns apart (the images are not symmetric)."""
+    from scipy.ndimage import zoom
+    X = data.synthetic(0, n_train=8, n_test=8).X_train
+    want = zoom(X, (1, 1, 96 / 28, 96 / 28), order=1, grid_mode=True, mode="nearest")
+    got = data.resized(X, 96)
+    assert got.shape == (8, 1, 96, 96) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    swapped = data.resized(X.swapaxes(2, 3), 96)
+    assert np.abs(swapped - want).max() > 0.1
+    assert data.load("synthetic", side=96).X_test.shape[1:] == (1, 96, 96)

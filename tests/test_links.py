@@ -236,8 +236,8 @@ def test_the_key_order_is_gluons():
     comparison tells apart."""
     code = ("import json, numpy as np; from frameworks.mxnet.models import GLUON_MODELS as G\n"
             "out = {}\n"
-            "for name, (build, _) in G.items():\n"
-            "    net = build(); net.initialize()\n"
+            "for name, (build, *_) in G.items():\n"
+            "    net = build(name); net.initialize()\n"
             "    out[name] = [int(np.prod(p.shape)) for p in net.collect_params().values()"
             " if p.grad_req != 'null']\n"
             "print(json.dumps(out))")

@@ -64,7 +64,7 @@ def toy(**change) -> types.ModuleType:
                   "links": {"batch": 8, "compute_batches": (8,), "rates": ("1gbit",), "steps": 2},
                   "pipeline": {"batch": 8, "steps": 2}},
         CHANNELS_LAST=(lambda ps: [np.asarray(p) for p in ps], lambda ps: [np.asarray(p) for p in ps]),
-        KEY_ORDER=(0, 1, 2, 3))
+        KEY_ORDER=(0, 1, 2, 3), CHECK_MODEL="toy")
     m.__dict__.update(change)
     for name in [k for k, v in change.items() if v is None]:
         delattr(m, name)
@@ -116,3 +116,14 @@ def test_wrong_values_are_found():
                                lambda ps: [-np.asarray(p) for p in ps]))
     assert spec.problems(lossy) == []
     assert spec.problems(lossy, values=True) == ["CHANNELS_LAST there and back is not the identity"]
+
+
+@pytest.mark.parametrize("name", models.NAMES)
+def test_each_models_checks_train_it_or_a_size_of_it(name):
+    """CHECK_MODEL (what the conformance checks train) loads by name in any process and is
+    the model itself or one of its sizes (the ViT's tiny); an unknown size is one line."""
+    checked = models.get(models.get(name).CHECK_MODEL)
+    assert models.family(checked.NAME) == name
+    assert checked.NAME in models.choices()
+    with pytest.raises(models.UnknownModel, match=f"unknown model '{name}_huge'"):
+        models.get(f"{name}_huge")

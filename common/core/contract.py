@@ -75,6 +75,10 @@ class ModelOps(ABC):
         """Logits for images X (common NCHW layout). In training mode BatchNorm uses the
         batch's statistics and updates `state` in place; else it uses `state`."""
 
+    def sized(self, model: str) -> "ModelOps":
+        """These ops for another size of the model (common.models.family): the ViT's."""
+        raise NotApplicable(f"{type(self).__name__} is written for one size only, not {model}")
+
     def apply_units(self, params: list, state: list, X: Any, units: tuple[int, int],
                     training: bool) -> Any:
         """The units lo..hi-1 of the model's UNITS (a pipeline stage, model mode): X is
@@ -89,6 +93,9 @@ class UnitsOps(ModelOps):
 
     def __init__(self, name: str):
         self.name = name
+
+    def sized(self, model: str) -> "UnitsOps":
+        return type(self)(model)
 
     def apply(self, params: list, state: list, X: Any, training: bool) -> Any:
         return self.apply_units(params, state, X, (0, len(models_mod.get(self.name).UNITS)),
@@ -338,7 +345,9 @@ class Backend(ABC):
 
     # --- the models ---
     def model_ops(self, model: str) -> ModelOps:
-        models_mod.get(model)          # an unknown name is a clear error here
+        family = models_mod.family(model)        # an unknown name is a clear error here
+        if model not in self.models and family in self.models:     # another size of it
+            self.models[model] = self.models[family].sized(model)
         if model not in self.models:
             raise NotApplicable(f"{self.name} has no {model} yet (frameworks/{self.name}/models.py)")
         return self.models[model]

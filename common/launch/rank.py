@@ -42,6 +42,7 @@ if __package__ in (None, ""):      # run as a script: the repository root on the
 from common.core.loop import train  # noqa: E402 (after the path fix above)
 from common.core.modes import MODES  # noqa: E402
 from common.core.plan import RunConfig  # noqa: E402
+from common import models  # noqa: E402
 from common.facts import data as data_mod, registry, settings  # noqa: E402
 from common.launch import launcher, netns, progress  # noqa: E402
 from common.results import trace, utilisation  # noqa: E402
@@ -75,7 +76,7 @@ def rank_main(cfg: RunConfig, result_path: Path, tell: bool = True) -> None:
     if tells:
         progress.say(progress.JOINED)()
     try:
-        ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
+        ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed, models.get(cfg.model).IMAGE_SHAPE[1])
         mode = MODES[cfg.mode]
         devices = (mode.devices(backend, held) if held > 1 else [backend.rank_device(rank)])
         trainer = mode.trainer(backend, cfg, devices, rank.rank, rank.world_size)

@@ -19,6 +19,7 @@ from common.core.loop import DIVERGENCE_FACTOR, train
 from common.core import profiling
 from common.core.modes import MODES
 from common.core.plan import RunConfig
+from common import models
 from common.facts import data as data_mod, registry
 from common.facts.machine import env_info, framework_version
 from common.launch import engines, launcher, networks, nodes, progress
@@ -87,7 +88,7 @@ def run(cfg: RunConfig, tell: bool = False, trace_path: Path | None = None) -> d
         return mark_not_installed(record)
     backend = registry.get(cfg.framework, profiled=bool(cfg.profile_steps))
     with outcome(record):
-        ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed)
+        ds = data_mod.load(cfg.dataset, cfg.data_dir, cfg.seed, models.get(cfg.model).IMAGE_SHAPE[1])
         record["framework_version"] = backend.version()
         if processes > 1:
             record["device_names"] = mode.devices(backend, cfg.devices)

@@ -19,7 +19,7 @@ import numpy as np
 
 from common.facts.data import shard_bounds
 
-NAMES = ("lenet", "resnet18")
+NAMES = ("lenet", "resnet18", "vit")
 # How the weights start (the same NumPy arrays for every framework); biases start at
 # zero and BatchNorm at scale 1, shift 0 in both. A run's default is DEFAULT_INIT: from
 # the chapter's N(0, 0.01^2), LeNet sits on the ln 10 plateau for about an epoch and
@@ -91,11 +91,38 @@ def get(name: str) -> ModuleType:
     first time a process loads it."""
     if name in _CHECKED:
         return _CHECKED[name]
-    # a model file that is not yet in NAMES (being added) can be loaded by name
-    if name not in NAMES and (not name.isidentifier()
-                              or importlib.util.find_spec(f"{__name__}.{name}") is None):
-        raise UnknownModel(f"unknown model {name!r}; choose from: {', '.join(NAMES)}")
+    base, _, size = name.rpartition("_")
+    if _loadable(base) and size in getattr(get(base), "SIZES", ()):   # a model at another size
+        return get(base).variant(size)
+    if not _loadable(name):
+        raise UnknownModel(f"unknown model {name!r}; choose from: {', '.join(choices())}")
     return register(importlib.import_module(f"{__name__}.{name}"))
+
+
+def _loadable(name: str) -> bool:
+    # a model file that is not yet in NAMES (being added) can be loaded by name
+    return name in NAMES or (name.isidentifier()
+                             and importlib.util.find_spec(f"{__name__}.{name}") is not None)
+
+
+def choices() -> list[str]:
+    """Every name --model takes: the models, and each one's other sizes (<model>_<size>)."""
+    out = []
+    for name in NAMES:
+        m = get(name)
+        out += [name, *(f"{name}_{s}" for s in getattr(m, "SIZES", ()) if s != "default")]
+    return out
+
+
+def check_models() -> list[str]:
+    """What the conformance checks train: each model's CHECK_MODEL (itself or a small size)."""
+    return [get(name).CHECK_MODEL for name in NAMES]
+
+
+def family(name: str) -> str:
+    """The model a sized name is a size of (vit_tiny -> vit); a model's own name else:
+    what each framework's models.py keys its ops by."""
+    return getattr(get(name), "FAMILY", name)
 
 
 def register(module: ModuleType) -> ModuleType:

@@ -23,7 +23,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from common import models
 from common.models import costs, layouts
 
-NAME = "resnet18"
+NAME = CHECK_MODEL = "resnet18"     # its checks train it as it is
 NUM_CLASSES = 10
 IMAGE_SHAPE = (1, 28, 28)
 INIT_SCALE = 0.01

@@ -45,6 +45,9 @@ INTERFACE: dict[str, tuple[type | str, str]] = {
     "COMMANDS": (dict, "the defaults of every command that runs it (COMMAND_KEYS)"),
     "CHANNELS_LAST": (tuple, "(common -> channels-last, channels-last -> common): the "
                              "parameters as TensorFlow's and Keras's layers take them"),
+    "CHECK_MODEL": (str, "the model the conformance checks train: its own name, or a small "
+                         "size of it (the ViT's vit_tiny), so that every framework's checks "
+                         "of every mode stay within the suite's time"),
     "KEY_ORDER": (tuple, "the parameters in the order a layered network registers them "
                          "(MXNet's gluon KVStore keys: each block's convolutions, then its "
                          "BatchNorms)"),

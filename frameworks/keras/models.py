@@ -18,7 +18,7 @@ from .backends import FRAMEWORK, current
 BN_MOMENTUM = 1.0 - R.BN_MOMENTUM
 
 
-def keras_lenet(sync_bn=False, units=(0, 2)):     # no BatchNorm: nothing to synchronise
+def keras_lenet(model="lenet", sync_bn=False, units=None):   # no BatchNorm: nothing to synchronise
     """LeNet, or one of its pipeline units (model mode): the conv block, the dense block."""
     conv = [keras.Input((28, 28, 1)),
             layers.Conv2D(20, 3, activation="relu"),
@@ -29,7 +29,7 @@ def keras_lenet(sync_bn=False, units=(0, 2)):     # no BatchNorm: nothing to syn
              layers.Dense(128, activation="relu"),
              layers.Dense(10)]
     return keras.Sequential({(0, 2): conv + dense, (0, 1): conv,
-                             (1, 2): [keras.Input((4, 4, 50))] + dense}[tuple(units)])
+                             (1, 2): [keras.Input((4, 4, 50))] + dense}[tuple(units or (0, 2))])
 
 
 def layer_name(param_name):
@@ -38,7 +38,7 @@ def layer_name(param_name):
     return param_name.rsplit(".", 1)[0].replace(".", "_")
 
 
-def keras_resnet18(sync_bn=False, units=None):
+def keras_resnet18(model="resnet18", sync_bn=False, units=None):
     """The chapter's concise ResNet-18 as a functional Keras model, each layer named
     after its parameters in common/models/resnet18.py (see named_slots); with units
     (lo, hi), only those units of R.UNITS (a pipeline stage, model mode)."""
@@ -120,14 +120,19 @@ def keras_vit(name, sync_bn=False, units=None):
     """d2l's ViT (common/models/vit.py) in Keras's own layers: Conv2D for the patches,
     LayerNormalization at the model's epsilon (Keras's default is 1e-3), MultiHeadAttention
     without biases, Dense with the exact GELU (keras.activations.gelu's default). Each
-    layer named after its parameters, as ResNet-18's (vit_slots finds them)."""
+    layer named after its parameters, as ResNet-18's (vit_slots finds them); with units
+    (lo, hi), only those units (a pipeline stage, model mode)."""
     from common.models import vit
     s, m = vit.shape(name), models.get(name)
-    image = m.IMAGE_SHAPE
-    X = keras.Input((image[1], image[2], image[0]))
-    x = layers.Conv2D(s.width, s.patch, strides=s.patch, name="patch")(X)
-    x = Positions(name="pos")(ClassToken(name="cls")(layers.Reshape((-1, s.width))(x)))
-    for i in range(1, s.blocks + 1):
+    lo, hi = units or (0, s.units)
+    if lo == 0:
+        image = m.IMAGE_SHAPE
+        X = keras.Input((image[1], image[2], image[0]))
+        x = layers.Conv2D(s.width, s.patch, strides=s.patch, name="patch")(X)
+        x = Positions(name="pos")(ClassToken(name="cls")(layers.Reshape((-1, s.width))(x)))
+    else:
+        X = x = keras.Input(m.UNITS[lo - 1][3])
+    for i in range(max(lo, 1), min(hi, s.blocks + 1)):
         a = layers.LayerNormalization(epsilon=s.eps, name=f"block{i}_ln1")(x)
         a = layers.MultiHeadAttention(s.heads, s.head_width, use_bias=False,
                                       name=f"block{i}_attn")(a, a)
@@ -135,16 +140,23 @@ def keras_vit(name, sync_bn=False, units=None):
         h = layers.LayerNormalization(epsilon=s.eps, name=f"block{i}_ln2")(x)
         h = layers.Dense(s.mlp, activation="gelu", name=f"block{i}_fc1")(h)
         x = layers.Add()([x, layers.Dense(s.width, name=f"block{i}_fc2")(h)])
-    c = layers.LayerNormalization(epsilon=s.eps, name="head_ln")(x[:, 0])
-    return keras.Model(X, layers.Dense(m.NUM_CLASSES, name="head")(c), name=name)
+    if s.has_head((lo, hi)):
+        c = layers.LayerNormalization(epsilon=s.eps, name="head_ln")(x[:, 0])
+        x = layers.Dense(m.NUM_CLASSES, name="head")(c)
+    return keras.Model(X, x, name=name)
 
 
 def vit_slots(m, stage=None):
-    """(parameters, state) in the common order: each ViT parameter's Keras variable."""
+    """(parameters, state) in the common order: each ViT parameter's Keras variable (of a
+    pipeline stage's units: stage.params)."""
     from common.models import vit
-    out = [m.get_layer("patch").kernel, m.get_layer("patch").bias, m.get_layer("cls").token,
-           m.get_layer("pos").positions]
-    for i in range(1, vit.shape(m.name).blocks + 1):
+    s = vit.shape(m.name)
+    lo, hi = stage.units if stage is not None else (0, s.units)
+    out = []
+    if lo == 0:
+        out += [m.get_layer("patch").kernel, m.get_layer("patch").bias, m.get_layer("cls").token,
+                m.get_layer("pos").positions]
+    for i in range(max(lo, 1), min(hi, s.blocks + 1)):
         attn = m.get_layer(f"block{i}_attn")
         out += [m.get_layer(f"block{i}_ln1").gamma, m.get_layer(f"block{i}_ln1").beta,
                 attn.query_dense.kernel, attn.key_dense.kernel, attn.value_dense.kernel,
@@ -152,8 +164,9 @@ def vit_slots(m, stage=None):
                 m.get_layer(f"block{i}_ln2").gamma, m.get_layer(f"block{i}_ln2").beta,
                 m.get_layer(f"block{i}_fc1").kernel, m.get_layer(f"block{i}_fc1").bias,
                 m.get_layer(f"block{i}_fc2").kernel, m.get_layer(f"block{i}_fc2").bias]
-    out += [m.get_layer("head_ln").gamma, m.get_layer("head_ln").beta,
-            m.get_layer("head").kernel, m.get_layer("head").bias]
+    if s.has_head((lo, hi)):
+        out += [m.get_layer("head_ln").gamma, m.get_layer("head_ln").beta,
+                m.get_layer("head").kernel, m.get_layer("head").bias]
     return out, []
 
 
@@ -178,9 +191,15 @@ def vit_layout(name):
     return to_keras, to_common
 
 
-# model name -> (Keras model builder taking sync_bn, its (parameters, state) in the
-# common order); the weights' layout is channels-last (KerasModelOps)
-KERAS_MODELS = {"lenet": (keras_lenet, keras_slots), "resnet18": (keras_resnet18, named_slots)}
+def channels_last(name):
+    return models.get(name).CHANNELS_LAST
+
+
+# model family (common.models.family) -> (build(model, sync_bn, units), its (parameters,
+# state) in the common order, the layout's conversions (common -> Keras, Keras -> common))
+KERAS_MODELS = {"lenet": (keras_lenet, keras_slots, channels_last),
+                "resnet18": (keras_resnet18, named_slots, channels_last),
+                "vit": (keras_vit, vit_slots, vit_layout)}
 
 
 def nhwc(X):
@@ -195,7 +214,10 @@ class KerasModelOps(ModelOps):
 
     def __init__(self, model):
         self.model = model
-        self.to_framework, self.from_framework = models.get(model).CHANNELS_LAST
+        self.to_framework, self.from_framework = KERAS_MODELS[models.family(model)][2](model)
+
+    def sized(self, model):
+        return KerasModelOps(model)
 
     def apply(self, params, state, X, training):
         raise NotApplicable(registry.gap(FRAMEWORK, "scratch"))
@@ -212,10 +234,10 @@ class Models:
         """The Keras model `model` with the common weights `params` and `state`, and its
         (parameter, state) variables in the common order; with a pipeline stage
         (common/core/pipeline.py), the sub-model of its units and its variables."""
-        if model not in KERAS_MODELS:
+        if models.family(model) not in KERAS_MODELS:
             self.model_ops(model)        # an unknown model or a known gap: a clear error
-        build, slots = KERAS_MODELS[model]
-        m = build(sync_bn) if stage is None else build(sync_bn, units=stage.units)
+        build, slots, _ = KERAS_MODELS[models.family(model)]
+        m = build(model, sync_bn, units=None if stage is None else stage.units)
         variables = slots(m, stage)
         self.set_weights(model, variables, params, state, stage)
         return m, variables

@@ -5,6 +5,7 @@ since a symbol has none; and each model as gluon's own layers (native mode)."""
 from mxnet import gluon, nd
 from mxnet.gluon import nn
 
+from common import models
 from common.core.contract import ModelOps, UnitsOps
 from common.models import lenet as L, resnet18 as R, vit
 
@@ -57,6 +58,34 @@ class ResNet18(ModelOps):
                                params[R.FC["bias"]])
 
 
+# --- the ViT's steps that its scratch form and its gluon layers share (F: mx.nd or mx.sym) ---
+
+def transpose_qkv(F, X, heads):
+    """d2l's transpose_qkv: (batch, tokens, width) -> (batch x heads, tokens, head width),
+    so that one batch_dot computes every head."""
+    return F.reshape(F.transpose(F.reshape(X, (0, 0, heads, -1)), (0, 2, 1, 3)), (-3, 0, 0))
+
+
+def transpose_output(F, X, heads):
+    """d2l's transpose_output: transpose_qkv undone, the heads side by side again."""
+    return F.reshape(F.transpose(F.reshape(X, (-4, -1, heads, 0, 0)), (0, 2, 1, 3)), (0, 0, -3))
+
+
+def attention(F, q, k, v, head_width):
+    """d2l's DotProductAttention over (batch x heads): no mask, no dropout."""
+    scores = F.batch_dot(q, k, transpose_b=True) / head_width ** 0.5
+    return F.batch_dot(F.softmax(scores, axis=-1), v)
+
+
+def with_class_token(F, x, cls, pos):
+    """The class token before the patches' tokens, the position embeddings added."""
+    cls = F.broadcast_like(F.reshape(cls, (1, 1, -1)), F.slice_axis(x, axis=1, begin=0, end=1))
+    return F.broadcast_add(F.concat(cls, x, dim=1), F.expand_dims(pos, 0))
+
+
+def class_token(F, X):
+    """(batch, tokens, width) -> the class token's (batch, width)."""
+    return F.reshape(F.slice_axis(X, axis=1, begin=0, end=1), (0, -1))
 
 
 class ViT(UnitsOps):
@@ -65,6 +94,9 @@ class ViT(UnitsOps):
     the model's epsilon, attention with batch_dot over (batch x heads) as d2l's MXNet
     writes it, GELU as LeakyReLU(act_type="gelu")."""
 
+    def apply(self, params, state, X, training, F=nd):
+        return self.apply_units(params, state, X, (0, vit.shape(self.name).units), training, F)
+
     def apply_units(self, params, state, X, units, training, F=nd):
         s = vit.shape(self.name)
         w, patch = s.width, (s.patch, s.patch)
@@ -72,33 +104,24 @@ class ViT(UnitsOps):
             x = F.Convolution(data=X, weight=params[0], bias=params[1], kernel=patch,
                               stride=patch, num_filter=w)
             x = F.transpose(F.reshape(x, (0, w, -1)), (0, 2, 1))
-            cls = F.broadcast_like(F.reshape(params[2], (1, 1, w)),
-                                   F.slice_axis(x, axis=1, begin=0, end=1))
-            X = F.broadcast_add(F.concat(cls, x, dim=1), F.expand_dims(params[3], 0))
-
-        def heads_of(h):             # (batch, tokens, width) -> (batch x heads, tokens, head)
-            return F.reshape(F.transpose(F.reshape(h, (0, 0, s.heads, s.head_width)),
-                                         (0, 2, 1, 3)), (-3, 0, 0))
+            X = with_class_token(F, x, params[2], params[3])
         for at in s.blocks_in(units):
             g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + s.per_block]
             a = F.LayerNorm(X, g1, b1, axis=-1, eps=s.eps)
-            q, k, v = (heads_of(F.dot(a, W)) for W in (Wq, Wk, Wv))
-            att = F.softmax(F.batch_dot(q, k, transpose_b=True) / s.head_width ** 0.5, axis=-1)
-            o = F.reshape(F.transpose(F.reshape(F.batch_dot(att, v), (-4, -1, s.heads, 0, 0)),
-                                      (0, 2, 1, 3)), (0, 0, -3))
-            X = X + F.dot(o, Wo)
+            q, k, v = (transpose_qkv(F, F.dot(a, W), s.heads) for W in (Wq, Wk, Wv))
+            X = X + F.dot(transpose_output(F, attention(F, q, k, v, s.head_width), s.heads), Wo)
             u = F.broadcast_add(F.dot(F.LayerNorm(X, g2, b2, axis=-1, eps=s.eps), W1), c1)
             X = X + F.broadcast_add(F.dot(F.LeakyReLU(u, act_type="gelu"), W2), c2)
         if s.has_head(units):        # the head: the class token's LayerNorm and dense
             at = s.head
-            c = F.reshape(F.slice_axis(X, axis=1, begin=0, end=1), (0, -1))
-            c = F.LayerNorm(c, params[at], params[at + 1], axis=-1, eps=s.eps)
+            c = F.LayerNorm(class_token(F, X), params[at], params[at + 1], axis=-1, eps=s.eps)
             X = F.broadcast_add(F.dot(c, params[at + 2]), params[at + 3])
         return X
 
+
 # --- each model in gluon's own layers (native mode: a gluon Trainer over them) ---
 
-def gluon_lenet():
+def gluon_lenet(model, sync_devices=0):
     net = nn.HybridSequential()
     net.add(nn.Conv2D(20, kernel_size=3, activation="relu", in_channels=1),
             nn.AvgPool2D(pool_size=2, strides=2),
@@ -128,7 +151,7 @@ class Residual(nn.HybridBlock):
         return F.relu(Y + X)
 
 
-def gluon_resnet18(sync_devices=0):
+def gluon_resnet18(model, sync_devices=0):
     """The chapter's concise resnet18(10) in gluon; BatchNorm synchronised over
     sync_devices contexts when that is more than zero (gluon.contrib's SyncBatchNorm)."""
     def norm(c):
@@ -144,7 +167,81 @@ def gluon_resnet18(sync_devices=0):
     return net
 
 
-def _lenet_slots(net):
+class MultiHeadAttention(nn.HybridBlock):
+    """d2l's MultiHeadAttention in MXNet: Dense layers without biases for the queries,
+    keys, values and output, the heads folded into the batch for batch_dot."""
+
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads, self.head_width = heads, width // heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (
+            nn.Dense(width, use_bias=False, flatten=False, in_units=width) for _ in range(4))
+
+    def hybrid_forward(self, F, X):
+        q, k, v = (transpose_qkv(F, W(X), self.heads) for W in (self.W_q, self.W_k, self.W_v))
+        return self.W_o(transpose_output(F, attention(F, q, k, v, self.head_width), self.heads))
+
+
+class ViTBlock(nn.HybridBlock):
+    """d2l's ViTBlock: pre-norm LayerNorm, attention, a residual; LayerNorm, Dense, GELU
+    (nn.GELU: LeakyReLU's act_type "gelu", erf's to 2e-7 in float64), Dense, a residual."""
+
+    def __init__(self, width, mlp, heads, eps):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(epsilon=eps, in_channels=width)
+        self.attention = MultiHeadAttention(width, heads)
+        self.ln2 = nn.LayerNorm(epsilon=eps, in_channels=width)
+        self.mlp = nn.HybridSequential()
+        self.mlp.add(nn.Dense(mlp, flatten=False, in_units=width), nn.GELU(),
+                     nn.Dense(width, flatten=False, in_units=mlp))
+
+    def hybrid_forward(self, F, X):
+        X = X + self.attention(self.ln1(X))
+        return X + self.mlp(self.ln2(X))
+
+
+class ClassToken(nn.HybridBlock):
+    """The class token and the position embeddings: a block of their own after the patch
+    embedding, so that gluon registers the ViT's Parameters in the common order (the
+    model's KEY_ORDER, the KVStore's keys); a block's own Parameters precede its
+    children's."""
+
+    def __init__(self, width, tokens):
+        super().__init__()
+        self.cls = self.params.get("cls", shape=(width,))
+        self.pos = self.params.get("pos", shape=(tokens, width))
+
+    def hybrid_forward(self, F, x, cls, pos):
+        return with_class_token(F, x, cls, pos)
+
+
+class GluonViT(nn.HybridBlock):
+    """d2l's ViT in gluon's layers: a Conv2D patch embedding (kernel = stride = patch),
+    the class token and positions, the blocks, the class token's LayerNorm and a Dense head."""
+
+    def __init__(self, model):
+        super().__init__()
+        s, m = vit.shape(model), models.get(model)
+        self.patch_embedding = nn.Conv2D(s.width, kernel_size=s.patch, strides=s.patch,
+                                         in_channels=m.IMAGE_SHAPE[0])
+        self.tokens = ClassToken(s.width, s.tokens)
+        self.blocks = nn.HybridSequential()
+        self.blocks.add(*[ViTBlock(s.width, s.mlp, s.heads, s.eps) for _ in range(s.blocks)])
+        self.head = nn.HybridSequential()
+        self.head.add(nn.LayerNorm(epsilon=s.eps, in_channels=s.width),
+                      nn.Dense(m.NUM_CLASSES, in_units=s.width))
+
+    def hybrid_forward(self, F, X):
+        x = F.transpose(F.reshape(self.patch_embedding(X), (0, 0, -1)), (0, 2, 1))
+        return self.head(class_token(F, self.blocks(self.tokens(x))))
+
+
+def gluon_vit(model, sync_devices=0):
+    """The ViT at the size `model` names; it has no BatchNorm to synchronise."""
+    return GluonViT(model)
+
+
+def _registered_slots(net):
     params = list(net.collect_params().values())   # registered in the common order
     return params, []
 
@@ -157,15 +254,32 @@ def _resnet18_slots(net):
                          ("gamma", "beta", "running_mean", "running_var"))
 
 
-def to_gluon(params):
-    # gluon's Dense stores its weight as (out, in): transpose the 2-D weights
-    return [p.T if p.ndim == 2 else p for p in params]
+def _transposing(which):
+    """(common -> gluon, gluon -> common): gluon's Dense keeps its weight (out, in), the
+    common layout (in, out), so the parameters that which(index, array) picks are
+    transposed, each way alike."""
+    def convert(params):
+        return [p.T if which(i, p) else p for i, p in enumerate(params)]
+    return convert, convert
 
 
-# model name -> (build(sync_devices), its Parameters in the common order); parameters
-# cross between the layouts with to_gluon (its own inverse)
-GLUON_MODELS = {"lenet": (lambda sync_devices=0: gluon_lenet(), _lenet_slots),
-                "resnet18": (gluon_resnet18, _resnet18_slots)}
+def every_2d_layout(model):
+    """Every 2-D parameter is a Dense weight (LeNet, ResNet-18)."""
+    return _transposing(lambda i, p: p.ndim == 2)
+
+
+def vit_layout(model):
+    """The Dense weights alone: the position embeddings are 2-D too, and the same in both."""
+    kinds = models.get(model).PARAM_KINDS
+    return _transposing(lambda i, p: kinds[i] == "dense_weight")
+
+
+# model family (common.models.family) -> (build(model, sync_devices), its (parameters,
+# state) in the common order, layout(model): its conversions (common -> gluon,
+# gluon -> common))
+GLUON_MODELS = {"lenet": (gluon_lenet, _registered_slots, every_2d_layout),
+                "resnet18": (gluon_resnet18, _resnet18_slots, every_2d_layout),
+                "vit": (gluon_vit, _registered_slots, vit_layout)}
 
 
 class Models:

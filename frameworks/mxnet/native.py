@@ -8,7 +8,7 @@ from common import models
 from common.facts.data import shard_bounds
 
 from .devices import context
-from .models import GLUON_MODELS, loss, to_gluon
+from .models import GLUON_MODELS, loss
 
 
 # KVStore keys of the loss sums (gluon numbers the parameters from 0)
@@ -22,10 +22,11 @@ class GluonTrainer(Trainer):
 
     def __init__(self, model, params, state, devices, lr, sync_bn=False, execution="compiled",
                  kvstore=None, rank=0, world=1):
-        build, slots = GLUON_MODELS[model]
+        build, slots, layout = GLUON_MODELS[models.family(model)]
+        self.to_gluon, self.to_common = layout(model)
         self.ctxs = [context(d) for d in devices]
         self.sync_bn = sync_bn and len(devices) > 1
-        self.net = build(len(devices) if self.sync_bn else 0)
+        self.net = build(model, len(devices) if self.sync_bn else 0)
         self.net.initialize(ctx=self.ctxs)
         self.params, self.state = slots(self.net)
         self.load_params(params, state)
@@ -83,13 +84,13 @@ class GluonTrainer(Trainer):
         return self.net(nd.array(X, ctx=self.ctxs[0])).asnumpy()
 
     def replica_params(self):
-        return [to_gluon([p.data(c).asnumpy() for p in self.params]) for c in self.ctxs]
+        return [self.to_common([p.data(c).asnumpy() for p in self.params]) for c in self.ctxs]
 
     def replica_state(self):
         return [[p.data(c).asnumpy() for p in self.state] for c in self.ctxs]
 
     def load_params(self, params, state):
-        for p, v in zip(self.params, to_gluon([np.asarray(v) for v in params])):
+        for p, v in zip(self.params, self.to_gluon([np.asarray(v) for v in params])):
             p.set_data(nd.array(v))
         for p, v in zip(self.state, state):
             p.set_data(nd.array(v))
@@ -106,7 +107,7 @@ class Native:
                          "the default 4 copies, after 7 steps with 32, 13-14 with 128 or 256)")
 
     def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
-        if model not in GLUON_MODELS:
+        if models.family(model) not in GLUON_MODELS:
             raise NotApplicable(f"mxnet native mode has no gluon {model} yet")
         return GluonTrainer(model, params, models.get(model).init_state(), devices, lr, sync_bn,
                             execution, self.kvstore if world > 1 else None, rank, world)

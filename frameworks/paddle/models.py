@@ -1,5 +1,6 @@
 """The models of common/models as Paddle functions (common layout: NCHW, OIHW: Paddle's
-own), and ResNet-18 as the chapter's concise paddle.nn Layer too (native mode)."""
+own), and ResNet-18 (the chapter's concise one) and the ViT as paddle.nn Layers too
+(native mode)."""
 import numpy as np
 import paddle
 import paddle.nn.functional as F
@@ -153,6 +154,67 @@ class ViT(UnitsOps):
             c = F.layer_norm(X[:, 0], [w], params[at], params[at + 1], s.eps)
             X = paddle.matmul(c, params[at + 2]) + params[at + 3]
         return X
+
+
+class ViTBlock(nn.Layer):
+    """d2l's ViTBlock in Paddle's own layers: pre-norm nn.LayerNorm, nn.MultiHeadAttention
+    (its q_proj, k_proj, v_proj and out_proj Linears; bias_attr=False, as d2l's
+    use_bias; it scales q by head width^-0.5 before q k^T), a residual; nn.LayerNorm,
+    Linear, nn.GELU (exact: approximate=False, its default), Linear, a residual."""
+
+    def __init__(self, w, mlp, heads, eps):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(w, epsilon=eps), nn.LayerNorm(w, epsilon=eps)
+        self.attention = nn.MultiHeadAttention(w, heads, bias_attr=False)
+        self.mlp = nn.Sequential(nn.Linear(w, mlp), nn.GELU(), nn.Linear(mlp, w))
+
+    def forward(self, X):
+        a = self.ln1(X)
+        X = X + self.attention(a, a, a)
+        return X + self.mlp(self.ln2(X))
+
+
+class ViTLayer(nn.Layer):
+    """d2l's ViT as a paddle.nn Layer (native mode), its weights set from the common
+    list; slots() gives its parameters in the common order, each in the common layout
+    already (Linear keeps (in, out), Conv2D OIHW). load takes arrays of the parameters'
+    dtype (set_value asserts it): float32, float64 after paddle.set_default_dtype."""
+
+    def __init__(self, params, state, name="vit"):
+        super().__init__()
+        s = vit.shape(name)
+        w = s.width
+        self.patch = nn.Conv2D(vit.CHANNELS, w, s.patch, stride=s.patch)
+        self.cls = self.create_parameter([w])
+        self.pos = self.create_parameter([s.tokens, w])
+        self.blocks = nn.Sequential(*[ViTBlock(w, s.mlp, s.heads, s.eps) for _ in range(s.blocks)])
+        self.head = nn.Sequential(nn.LayerNorm(w, epsilon=s.eps), nn.Linear(w, vit.NUM_CLASSES))
+        self.load(params, state)
+
+    def forward(self, X):
+        x = self.patch(X).flatten(2).transpose([0, 2, 1])
+        w = x.shape[2]
+        cls = self.cls.reshape([1, 1, w]).expand([x.shape[0], 1, w])
+        X = paddle.concat([cls, x], axis=1) + self.pos
+        return self.head(self.blocks(X)[:, 0])
+
+    def slots(self):
+        """Its parameters in the order of PARAM_NAMES."""
+        out = [self.patch.weight, self.patch.bias, self.cls, self.pos]
+        for b in self.blocks:
+            a = b.attention
+            out += [b.ln1.weight, b.ln1.bias, a.q_proj.weight, a.k_proj.weight,
+                    a.v_proj.weight, a.out_proj.weight, b.ln2.weight, b.ln2.bias,
+                    b.mlp[0].weight, b.mlp[0].bias, b.mlp[2].weight, b.mlp[2].bias]
+        return out + [self.head[0].weight, self.head[0].bias, self.head[1].weight,
+                      self.head[1].bias]
+
+    def read(self):
+        return [p.numpy().copy() for p in self.slots()], []
+
+    def load(self, params, state):
+        for t, v in zip(self.slots(), params):
+            t.set_value(np.asarray(v))
 
 
 class Models:

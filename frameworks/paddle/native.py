@@ -11,7 +11,7 @@ from common import models
 from common.facts.data import shard_bounds
 from common.facts.settings import COMM_BUFFER_MB
 
-from .models import ResNet18Layer, loss_sum
+from .models import ResNet18Layer, ViTLayer, loss_sum
 
 
 class OpsLayer(paddle.nn.Layer):
@@ -42,9 +42,11 @@ class OpsLayer(paddle.nn.Layer):
 
 
 # Models whose native form is a layered paddle.nn model of their own (the chapter's
-# concise implementation, with BatchNorm2D that SyncBatchNorm can replace); the
-# others wrap their functional form in an OpsLayer.
-LAYERED = {"resnet18": ResNet18Layer}
+# concise ResNet-18, with BatchNorm2D that SyncBatchNorm can replace; the ViT at each
+# size); the others wrap their functional form in an OpsLayer.
+# family (common.models.family) -> build(model, params, state)
+LAYERED = {"resnet18": lambda model, params, state: ResNet18Layer(params, state),
+           "vit": lambda model, params, state: ViTLayer(params, state, model)}
 
 
 class DataParallelTrainer(ModuleTrainer):
@@ -97,7 +99,8 @@ class Native:
 
     def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
         state = models.get(model).init_state()
-        layer = (LAYERED[model](params, state) if model in LAYERED
+        family = models.family(model)
+        layer = (LAYERED[family](model, params, state) if family in LAYERED
                  else OpsLayer(self.model_ops(model), params, state))
         if sync_bn:
             # BatchNorm2D -> SyncBatchNorm: batch statistics all-reduced over the ranks

@@ -219,11 +219,13 @@ class ViTModule(nn.Module):
                 (t[rows] if rows is not None else t).copy_(v)
 
 
-# model name -> its nn.Module of PyTorch's own layers (native mode), where one is written,
-# built from the common (params, state): the chapter's concise ResNet-18 (nn.BatchNorm2d,
-# which SyncBatchNorm can replace) and the ViT; the others' native form is their
-# functional one wrapped in an OpsModule (native.py)
-LAYERED = {"resnet18": ResNet18Module, "vit": ViTModule}
+# model family (common.models.family) -> build(model, params, state): its nn.Module of
+# PyTorch's own layers (native mode), where one is written, from the common (params,
+# state): the chapter's concise ResNet-18 (nn.BatchNorm2d, which SyncBatchNorm can
+# replace) and the ViT at each size; the others' native form is their functional one
+# wrapped in an OpsModule (native.py)
+LAYERED = {"resnet18": lambda model, params, state: ResNet18Module(params, state),
+           "vit": lambda model, params, state: ViTModule(params, state, model)}
 
 
 class Models:

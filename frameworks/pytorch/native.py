@@ -162,8 +162,8 @@ class Native:
         concise ResNet-18, whose BatchNorm2d SyncBatchNorm can replace; the ViT in
         PyTorch's own layers), else its functional form wrapped in an OpsModule."""
         state = models.get(model).init_state()
-        if model in LAYERED:
-            return LAYERED[model](params, state)
+        if models.family(model) in LAYERED:
+            return LAYERED[models.family(model)](model, params, state)
         return OpsModule(self.model_ops(model), params, state)
 
     def join(self, rank, timeout=None):

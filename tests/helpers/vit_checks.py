@@ -100,7 +100,7 @@ def paddle_checks() -> dict:
     import paddle
     import paddle.nn.functional as F
 
-    from frameworks.paddle.models import ViT
+    from frameworks.paddle.models import ViT, ViTLayer
 
     def run(ops, m, params, X, y):
         tp = [paddle.to_tensor(p, stop_gradient=False) for p in params]
@@ -110,7 +110,21 @@ def paddle_checks() -> dict:
         with paddle.no_grad():
             h = _by_units(lambda h, u: ops.apply_units(tp, [], h, u, False), m, paddle.to_tensor(X))
         return logits.numpy(), float(total), [t.grad.numpy() for t in tp], h.numpy()
-    return _scratch(ViT, run)
+    out = _scratch(ViT, run)
+    m, params, X, y, oracle = _problem("tiny", seed=4)
+    paddle.set_default_dtype("float64")            # the layer's parameters, as the oracle's
+    layer = ViTLayer(params, [], m.NAME)
+    logits = layer(paddle.to_tensor(X))
+    total = F.cross_entropy(logits, paddle.to_tensor(y), reduction="sum")
+    total.backward()
+    got = [t.grad.numpy() for t in layer.slots()]
+    out["native[tiny]"] = {**_errors(m, logits.numpy(), float(total), got, logits.numpy(), oracle),
+                           "read_back": max(_rel(a, b) for a, b in zip(layer.read()[0], params))}
+    swapped = list(params)
+    swapped[6], swapped[7] = params[7], params[6]          # block 1's Wq and Wk
+    layer.load(swapped, [])
+    out["native[tiny]"]["qk_swapped"] = _rel(layer(paddle.to_tensor(X)).numpy(), oracle[1])
+    return out
 
 
 def tensorflow_checks() -> dict:
@@ -154,7 +168,7 @@ def jax_checks() -> dict:
 def mxnet_checks() -> dict:
     from mxnet import autograd, nd
 
-    from frameworks.mxnet.models import ViT, loss
+    from frameworks.mxnet.models import GLUON_MODELS, ViT, loss
 
     def run(ops, m, params, X, y):
         mp = [nd.array(p, dtype="float64") for p in params]
@@ -167,7 +181,36 @@ def mxnet_checks() -> dict:
         h = _by_units(lambda h, u: ops.apply_units(mp, [], h, u, False), m,
                       nd.array(X, dtype="float64"))
         return logits.asnumpy(), float(total.asscalar()), [p.grad.asnumpy() for p in mp], h.asnumpy()
-    return _scratch(ViT, run)
+    out = _scratch(ViT, run)
+    m, params, X, y, oracle = _problem("tiny", seed=4)
+    build, slots, layout = GLUON_MODELS["vit"]
+    to_gluon, to_common = layout(m.NAME)
+    net = build(m.NAME)
+    net.initialize()
+    net.cast("float64")
+    gp = slots(net)[0]
+
+    def load(values):
+        for p, v in zip(gp, to_gluon(values)):
+            p.set_data(nd.array(v, dtype="float64"))
+    load(params)
+    X = nd.array(X, dtype="float64")
+    with autograd.record():
+        logits = net(X)
+        total = loss(logits, nd.array(y, dtype="float64")).sum()
+    total.backward()
+    got = to_common([p.grad().asnumpy() for p in gp])
+    out["native[tiny]"] = {**_errors(m, logits.asnumpy(), float(total.asscalar()), got,
+                                     logits.asnumpy(), oracle),
+                           "read_back": max(_rel(a, b) for a, b in zip(
+                               to_common([p.data().asnumpy() for p in gp]), params))}
+    net.hybridize(static_alloc=True, static_shape=True)      # execution "compiled"
+    out["native[tiny]"]["compiled"] = _rel(net(X).asnumpy(), oracle[1])
+    swapped = list(params)
+    swapped[6], swapped[7] = params[7], params[6]          # block 1's Wq and Wk
+    load(swapped)
+    out["native[tiny]"]["qk_swapped"] = _rel(net(X).asnumpy(), oracle[1])
+    return out
 
 
 def keras_checks() -> dict:
