@@ -177,9 +177,13 @@ def test_every_frameworks_rules_name_known_classes(framework):
         profile.compile_rules(table)
 
 
-# Event names read from each framework's real traces (LeNet and ResNet-18, scratch and
-# native; Paddle's compiled execution too), as its profile.py's events() gives them, and the class each must get: a rule
-# that moves one shows here, without the framework and its slow profile check.
+# Event names read from each framework's real traces (LeNet, ResNet-18 and the ViT, scratch
+# and native; Paddle's compiled execution too), as its profile.py's events() gives them,
+# and the class each must get: a rule that moves one shows here, without the framework and
+# its slow profile check. The ViT's
+# were read from `benchmarks.profile --model vit --batch-size 16 --steps 2` (Intel Xeon,
+# AVX-512): the classes of its LayerNorm, attention and GELU, and the names beside them
+# that must keep theirs (the loss's softmax, the dense layers' products).
 SEEN = {
     # PyTorch's, read from docs/results/cpu-2core-profile/ (LeNet and ResNet-18, scratch and
     # native): each class's heaviest names (issue 53: PyTorch had no such table); the
@@ -200,6 +204,17 @@ SEEN = {
         "Optimizer.step#SGD.step": "optimizer update", "aten::_foreach_add_": "optimizer update",
         "aten::copy_": "copies and layout", "aten::contiguous": "copies and layout",
         "autograd::engine::evaluate_function: ConvolutionBackward0": "container",
+        # the ViT's (scratch's functional ops and native's nn.LayerNorm,
+        # nn.MultiheadAttention, nn.GELU give the same names)
+        "aten::layer_norm": "layernorm", "NativeLayerNormBackward0": "layernorm",
+        "aten::scaled_dot_product_attention": "attention",
+        "ScaledDotProductFlashAttentionForCpuBackward0": "attention",
+        "aten::gelu": "gelu", "GeluBackward0": "gelu",
+        # Keras's ViT on torch: its MultiHeadAttention's projections are EinsumDense layers
+        "aten::einsum": "dense forward", "BmmBackward0": "dense backward",
+        # scaled_dot_product_attention's math fallback (SDPBackend.MATH, read from
+        # torch.profiler on its own): its softmax's gradient
+        "SafeSoftmaxBackward0": "attention",
     },
     "paddle": {
         # eager ops hold their dygraph events; backward nodes are Global_<Op>GradNode
@@ -243,6 +258,24 @@ SEEN = {
         "pd_op.expand": "copies and layout",
         "pd_op.add_grad": "other named ops",
         "construct_grad_tensor": "other named ops",
+        # the ViT's, eager (scratch's functional ops, native's nn.LayerNorm,
+        # nn.MultiHeadAttention, nn.GELU) and compiled (to-static): a softmax of its own is
+        # attention's, the loss's is cross_entropy_with_softmax (above); attention's
+        # products are matmuls, named as the dense layers' are
+        "layer_norm pybind_imperative_func": "layernorm",
+        "Global_LayerNormGradNode": "layernorm",
+        "softmax pybind_imperative_func": "attention",
+        "softmax dygraph": "attention",
+        "Global_SoftmaxGradNode": "attention",
+        "gelu pybind_imperative_func": "gelu",
+        "Global_GeluGradNode": "gelu",
+        "matmul dygraph": "dense forward",
+        "pd_op.layer_norm": "layernorm",
+        "pd_op.layer_norm_grad": "layernorm",
+        "pd_op.softmax_": "attention",
+        "pd_op.softmax_grad": "attention",
+        "pd_op.gelu": "gelu",
+        "pd_op.gelu_grad": "gelu",
     },
     "mxnet": {
         # a hybridized graph (native) and eager ops (scratch) name the same layers apart
@@ -262,6 +295,14 @@ SEEN = {
         "_mul_scalar": "other named ops", "mean": "other named ops", "add_n": "other named ops",
         "DeleteVariable": "other named ops", "SetValueOp": "other named ops",
         "dlc-profile-step 0": "container", "WaitForVar": "container",
+        # the ViT's (GluonViT hybridized, scratch's ops eager: the same names): attention
+        # is batch_dot (its gradient too) and a softmax of its own, GELU is LeakyReLU
+        "LayerNorm": "layernorm", "_backward_LayerNorm": "layernorm",
+        "batch_dot": "attention", "softmax": "attention", "_backward_softmax": "attention",
+        "LeakyReLU": "gelu", "_backward_LeakyReLU": "gelu",
+        "slice_axis": "copies and layout", "_backward_slice_axis": "copies and layout",
+        "Concat": "copies and layout", "_backward_Concat": "copies and layout",
+        "_broadcast_backward": "other named ops", "broadcast_like": "other named ops",
         # engine bulking left on (its profile_env missing): one event for many ops
         "ImperativeBulk": None,
         "Activation,Pooling,Convolution,Activation,Pooling,FullyConnected,Activation": None,
@@ -301,6 +342,31 @@ SEEN = {
         ("Iterator::Root::BatchV2", "copies and layout"),
         ("IteratorGetNextOp::DoCompute", "copies and layout"),
         ("ParallelFor", "container"),
+        # the ViT's (frameworks/tensorflow/models.py, one graph's names in scratch and
+        # native): LayerNorm's moments and rsqrt (its sub, mul and add are named as any
+        # other), attention's softmax and its gradient's unscoped ops, tf.nn.gelu's scope
+        ("moments/SquaredDifference:SquaredDifference", "layernorm"),
+        ("moments_1/mean:Mean", "layernorm"),
+        ("gradient_tape/moments_3/Tile:Tile", "layernorm"),
+        ("Rsqrt_1:Rsqrt", "layernorm"),
+        ("gradient_tape/RsqrtGrad_3:RsqrtGrad", "layernorm"),
+        ("sub_3:Sub", "other named ops"),
+        ("gradient_tape/mul_6/Mul:Mul", "other named ops"),
+        ("Softmax:_MklSoftmax", "attention"),
+        ("gradient_tape/mul:Mul", "attention"),
+        ("gradient_tape/Sum_1:Sum", "attention"),
+        ("gradient_tape/sub_1:Sub", "attention"),
+        ("gradient_tape/Sum_2:Sum", "attention"),     # the class token's Tile's: names do not tell
+        ("Gelu/Erfc:Erfc", "gelu"),
+        ("Gelu_1/mul_2:Mul", "gelu"),
+        ("gradient_tape/Gelu/Exp/unary_ops_composition:_UnaryOpsComposition", "gelu"),
+        ("gradient_tape/Gelu_1/Square:Square", "gelu"),
+        # attention's products are BatchMatMulV2s, named as the dense layers' are
+        ("MatMul_3:_MklBatchMatMulV2", "dense forward"),
+        ("matmul_14:_MklBatchMatMulV2", "dense forward"),
+        ("gradient_tape/MatMul_11/MatMul:_MklBatchMatMulV2", "dense backward"),
+        # a dense layer's weight gradient summed over the batch (x of rank 3)
+        ("gradient_tape/matmul_14/Sum_1:Sum", "dense backward"),
     ]),
     "jax": dict([
         # XLA's instructions as the profiler renames them (common/results/hlo.py), the
@@ -340,8 +406,33 @@ SEEN = {
         ("ThunkExecutor::Execute (wait for completion)", "container"),
         ("shard_args", "container"),
         ("dlc-profile-step 0", "container"),
-        # an instruction whose program was not found keeps XLA's name: unmapped
-        ("ynn_fusion.11", None),
+        # the ViT's (its step jit(step) native, jit(loss) scratch): its layer_norm
+        # function, jax.nn.dot_product_attention's vmap, GELU's erfc and the ops of
+        # jax.nn.gelu that carry the ViT's function (its product, its gradient's sum)
+        ("elementwise backward: jit(step)/transpose(jvp())/add_any @ layer_norm", "layernorm"),
+        ("reduce: jit(step)/jvp()/reduce_sum @ layer_norm", "layernorm"),
+        ("pooling: jit(step)/jvp()/reduce_sum @ layer_norm", "layernorm"),
+        ("elementwise: jit(step)/jvp()/rsqrt @ layer_norm", "layernorm"),
+        ("data movement: jit(step)/jvp()/add @ layer_norm", "copies and layout"),
+        ("dot: jit(step)/jvp(vmap(BTNH,BSNH->BNTS))/dot_general @ ViT.apply_units", "attention"),
+        ("dot backward: jit(loss)/transpose(jvp(vmap(BNTS,BSNH->BTNH)))/dot_general "
+         "@ ViT.apply_units", "attention"),
+        ("reduce backward: jit(step)/transpose(jvp(vmap()))/reduce_sum @ ViT.apply_units",
+         "attention"),
+        ("elementwise: jit(step)/jvp(vmap())/div @ ViT.apply_units", "attention"),
+        ("data movement: jit(step)/jvp(vmap())/reduce_max @ ViT.apply_units",
+         "copies and layout"),
+        ("elementwise: jit(step)/jvp()/erfc @ ViT.apply_units", "gelu"),
+        ("elementwise: jit(loss)/jvp()/mul @ ViT.apply_units", "gelu"),
+        ("elementwise backward: jit(step)/transpose(jvp())/add_any @ ViT.apply_units", "gelu"),
+        ("dot: jit(step)/jvp()/dot_general @ ViT.apply_units.<locals>.<genexpr>", "dense forward"),
+        ("dot backward: jit(step)/transpose(jvp())/transpose @ ViT.apply_units",
+         "dense backward"),
+        ("elementwise: jit(step)/jvp()/add @ ViT.apply_units", "other named ops"),
+        ("reduce backward: jit(step)/transpose(jvp())/reduce_sum @ ViT.apply_units",
+         "other named ops"),
+        ("elementwise backward: jit(step)/transpose(jvp())/add_any @ "
+         "ViT.apply_units.<locals>.<genexpr>", "other named ops"),
     ]),
     # Keras's own rules alone (its backend's come after them)
     "keras-tensorflow": dict([
@@ -352,6 +443,15 @@ SEEN = {
         ("StatefulPartitionedCall/sgd_17_1/AssignSubVariableOp_6:AssignSubVariableOp",
          "optimizer update"),
         ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "copies and layout"),
+        # the ViT's layers by their names (frameworks/keras/models.py), on TensorFlow
+        ("StatefulPartitionedCall/vit_1/block1_ln1_1/moments/SquaredDifference:SquaredDifference",
+         "layernorm"),
+        ("StatefulPartitionedCall/gradient_tape/vit_1/head_ln_1/mul/Mul:Mul", "layernorm"),
+        ("StatefulPartitionedCall/vit_1/block1_attn_1/einsum/Einsum:_MklEinsum", "attention"),
+        ("StatefulPartitionedCall/gradient_tape/vit_1/block2_attn_1/sub:Sub", "attention"),
+        # its projections are the backend's (dense), ResNet-18's BatchNorm is no LayerNorm
+        ("StatefulPartitionedCall/vit_1/block1_attn_1/query_1/MatMul:_MklBatchMatMulV2", None),
+        ("StatefulPartitionedCall/resnet18_1/stage1_block1_bn2_1/moments/mean:Mean", None),
     ]),
 }
 
@@ -365,8 +465,9 @@ def test_seen_event_names_get_their_classes(framework):
     assert got == SEEN[framework]
 
 
-# Keras on JAX: Keras's rules, then JAX's (frameworks/keras/profile.py KerasProfiler),
-# on names read from its ResNet-18 trace (batch 256, docs/results/cpu-2core-best/)
+# Keras on each backend: Keras's rules, then the backend's (frameworks/keras/profile.py
+# KerasProfiler). On JAX, names read from its ResNet-18 trace (batch 256,
+# docs/results/cpu-2core-best/) and its ViT's (batch 16)
 KERAS_ON_JAX_SEEN = {
     # XLA fused the update into the weight gradient's convolution: a convolution
     "convolution: jit(train_step)/sgd/sub @ subtract": "conv backward",
@@ -392,17 +493,104 @@ KERAS_ON_JAX_SEEN = {
     "convolution backward: jit(train_step)/transpose(jvp(stage1_block1_conv1))/"
     "conv_general_dilated @ conv": "conv backward",
     "elementwise: jit(train_step)/jvp(re_lu_3)/jit(relu)/max @ relu": "activation",
+    # the ViT's LayerNormalization is keras.ops' moments too: its layers' names tell it
+    # from BatchNormalization (above)
+    "elementwise backward: jit(train_step)/transpose(jvp(block1_ln2))/add_any @ moments":
+        "layernorm",
+    "reduce: jit(train_step)/jvp(block1_ln1)/jit(_var)/reduce_sum @ moments": "layernorm",
+    "pooling: jit(train_step)/jvp(head_ln)/jit(_var)/reduce_sum @ moments": "layernorm",
+    "reduce backward: jit(train_step)/transpose(jvp(block1_ln2))/reduce_sum "
+    "@ _layer_normalization": "layernorm",
+    "elementwise: jit(train_step)/jvp(block1_ln2)/rsqrt @ rsqrt": "layernorm",
+    "data movement: jit(train_step)/jvp(block2_ln1)/mul @ _layer_normalization":
+        "copies and layout",
+    # its attention (Keras's dot_product_attention on JAX: vmap, as jax.nn's), its
+    # projections (EinsumDense), GELU (keras's gelu), the loss's log_softmax
+    "dot: jit(train_step)/jvp(block1_attn)/vmap(BTNH,BSNH->BNTS)/dot_general "
+    "@ dot_product_attention": "attention",
+    "dot backward: jit(train_step)/transpose(jvp(block2_attn))/vmap(BNTS,BSNH->BTNH)/"
+    "dot_general @ dot_product_attention": "attention",
+    "reduce backward: jit(train_step)/transpose(jvp(block2_attn))/vmap()/reduce_sum "
+    "@ dot_product_attention": "attention",
+    "elementwise: jit(train_step)/jvp(block1_attn)/vmap()/div @ dot_product_attention":
+        "attention",
+    "data movement backward: jit(train_step)/transpose(jvp(block2_attn))/"
+    "vmap(BNTS,BSNH->BTNH)/transpose @ dot_product_attention": "copies and layout",
+    "dot: jit(train_step)/jvp(block1_attn)/query/abc,cde->abde/dot_general @ einsum":
+        "dense forward",
+    "dot backward: jit(train_step)/transpose(jvp(block1_attn))/attention_output/"
+    "abcd,cde->abe/dot_general @ einsum": "dense backward",
+    "elementwise: jit(train_step)/jvp(block2_fc1)/erfc @ gelu": "gelu",
+    "elementwise: jit(train_step)/jvp(block1_fc1)/mul @ gelu": "gelu",
+    "elementwise backward: jit(train_step)/transpose(jvp(block2_fc1))/add_any @ gelu": "gelu",
+    "data movement backward: jit(train_step)/transpose(jvp(block1_fc1))/add_any @ gelu":
+        "copies and layout",
+    "elementwise: jit(train_step)/jvp(compile_loss)/sparse_categorical_crossentropy/"
+    "jit(log_softmax)/exp @ sparse_categorical_crossentropy": "softmax and loss",
+}
+
+# Keras's ViT on TensorFlow (batch 16): its layers' scopes (LayerNormalization,
+# MultiHeadAttention's own ops) by Keras's rules, its projections, GELU and loss by
+# TensorFlow's
+KERAS_ON_TENSORFLOW_SEEN = {
+    "StatefulPartitionedCall/vit_1/block1_ln1_1/moments/SquaredDifference:SquaredDifference":
+        "layernorm",
+    "StatefulPartitionedCall/gradient_tape/vit_1/block1_ln1_1/mul/Mul_1:Mul": "layernorm",
+    "StatefulPartitionedCall/gradient_tape/vit_1/block1_ln2_1/moments/BroadcastTo_1:BroadcastTo":
+        "layernorm",
+    "StatefulPartitionedCall/vit_1/head_ln_1/moments/SquaredDifference:SquaredDifference":
+        "layernorm",
+    "StatefulPartitionedCall/vit_1/block1_attn_1/einsum/Einsum:_MklEinsum": "attention",
+    "StatefulPartitionedCall/gradient_tape/vit_1/block2_attn_1/einsum_1/Einsum_1:_MklEinsum":
+        "attention",
+    "StatefulPartitionedCall/vit_1/block1_attn_1/Softmax:_MklSoftmax": "attention",
+    "StatefulPartitionedCall/gradient_tape/vit_1/block2_attn_1/sub:Sub": "attention",
+    "StatefulPartitionedCall/vit_1/block1_attn_1/query_1/MatMul:_MklBatchMatMulV2":
+        "dense forward",
+    "StatefulPartitionedCall/gradient_tape/vit_1/block2_attn_1/attention_output_1/MatMul/"
+    "MatMul:_MklBatchMatMulV2": "dense backward",
+    "StatefulPartitionedCall/gradient_tape/vit_1/block2_attn_1/query_1/MatMul/Sum_1:Sum":
+        "dense backward",
+    "StatefulPartitionedCall/vit_1/block2_fc1_1/Tensordot/MatMul:_MklMatMul": "dense forward",
+    "StatefulPartitionedCall/vit_1/block2_fc1_1/Gelu/Erfc:Erfc": "gelu",
+    "StatefulPartitionedCall/gradient_tape/vit_1/block1_fc1_1/Gelu/Exp/unary_ops_composition:"
+    "_UnaryOpsComposition": "gelu",
+    "StatefulPartitionedCall/vit_1/block1_fc1_1/BiasAdd:BiasAdd": "other named ops",
+    "StatefulPartitionedCall/compile_loss/sparse_categorical_crossentropy/"
+    "SparseSoftmaxCrossEntropyWithLogits/SparseSoftmaxCrossEntropyWithLogits:"
+    "SparseSoftmaxCrossEntropyWithLogits": "softmax and loss",
+    # ResNet-18's BatchNormalization (docs/results/cpu-2core-profile/) stays where it was
+    "StatefulPartitionedCall/resnet18_1/stage1_block1_bn2_1/moments/mean:Mean":
+        "other named ops",
+}
+
+# Keras's ViT on torch (batch 16): EinsumDense's einsum and bmm (the attention's
+# projections), scaled dot-product attention, LayerNorm and GELU by PyTorch's rules
+KERAS_ON_TORCH_SEEN = {
+    "aten::einsum": "dense forward", "BmmBackward0": "dense backward",
+    "aten::matmul": "dense forward", "MmBackward0": "dense backward",
+    "aten::scaled_dot_product_attention": "attention",
+    "ScaledDotProductFlashAttentionForCpuBackward0": "attention",
+    "aten::layer_norm": "layernorm", "NativeLayerNormBackward0": "layernorm",
+    "aten::gelu": "gelu", "GeluBackward0": "gelu",
+    "aten::cross_entropy_loss": "softmax and loss", "LogSoftmaxBackward0": "softmax and loss",
 }
 
 
-def test_keras_on_jax_names_get_their_classes():
-    """Keras's rules ahead of JAX's: its BatchNormalization, its Conv2D's bias, and an
-    update XLA fused into a convolution each land in their class (without these rules,
-    ResNet-18's BatchNorm and bias gradients were "other named ops", and a weight
-    gradient's convolution "optimizer update")."""
-    rules = profile.compile_rules(rules_of("keras-jax")[0] + rules_of("jax")[0])
-    got = {name: profile.classify(name, rules) for name in KERAS_ON_JAX_SEEN}
-    assert got == KERAS_ON_JAX_SEEN
+@pytest.mark.parametrize("keras, backend, seen", [
+    ("keras-jax", "jax", KERAS_ON_JAX_SEEN),
+    ("keras-tensorflow", "tensorflow", KERAS_ON_TENSORFLOW_SEEN),
+    ("keras-torch", "pytorch", KERAS_ON_TORCH_SEEN)])
+def test_keras_names_get_their_classes(keras, backend, seen):
+    """Keras's rules ahead of its backend's: on JAX its BatchNormalization, its Conv2D's
+    bias, and an update XLA fused into a convolution each land in their class (without
+    these rules, ResNet-18's BatchNorm and bias gradients were "other named ops", and a
+    weight gradient's convolution "optimizer update"); the ViT's LayerNormalization (on
+    JAX keras.ops' moments, as BatchNormalization's), MultiHeadAttention and GELU land in
+    theirs on every backend, its projections in the dense classes."""
+    rules = profile.compile_rules(rules_of(keras)[0] + rules_of(backend)[0])
+    got = {name: profile.classify(name, rules) for name in seen}
+    assert got == seen
 
 
 @pytest.mark.parametrize("name", models.NAMES)

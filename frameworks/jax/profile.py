@@ -40,6 +40,11 @@ RULES = (
     # the bias, part of the convolution's op in other frameworks (and its gradient)
     (r"^elementwise: .*/add @ conv2d$", "conv forward"),
     (r"^reduce backward: .* @ conv2d$", "conv backward"),
+    # attention: jax.nn.dot_product_attention (the ViT's; Keras's dot_product_attention
+    # on JAX too) runs under vmap, its einsums named by their specs (BTNH,BSNH->BNTS the
+    # scores, BNTS,BSNH->BTNH the weighted sum of the values), its softmax vmap(); no
+    # other op of these models runs under vmap. Its layout changes stay copies
+    (r"^(?!data movement).*\bvmap\((|BTNH,BSNH->BNTS|BNTS,BSNH->BTNH)\)", "attention"),
     (r"^dot backward", "dense backward"),
     (r"^dot", "dense forward"),
     # LeNet's average pooling; ResNet-18's global average pool, its one forward reduce.
@@ -53,6 +58,16 @@ RULES = (
     # and a select_n, the only ones in these models' backward passes
     (r"jit\(relu\)|^elementwise backward: .*/(select_n|gt)( @ |$)", "activation"),
     (r"@ batch_norm$", "batchnorm"),
+    (r"@ layer_norm$", "layernorm"),
+    # GELU (the exact one, jax.nn.gelu(approximate=False)): the fusion XLA builds around
+    # its erfc. jax.nn's frames are left out of XLA's metadata, so its other ops carry
+    # the ViT's function: its output's product (mul) and its gradient's fusion, named by
+    # its last op, the sum of its two terms (add_any). The residuals' gradient sums are
+    # add_any @ ViT.apply_units too, but XLA fuses them into other instructions: in the
+    # ViT's compiled step (vit, batch 16) the fusions so named are GELU's alone (their
+    # HLO: constants 0.5, -2/sqrt(pi), 1/sqrt(2)). Keras's gelu: frameworks/keras/profile.py
+    (r"/erfc( @ |$)|^elementwise: .*/jvp\(\)/mul @ ViT\.apply_units$|"
+     r"^elementwise backward: .*/transpose\(jvp\(\)\)/add_any @ ViT\.apply_units$", "gelu"),
     (r"@ loss_sum$|log_softmax", "softmax and loss"),
     (r"@ sgd_update\b|^sgd$", "optimizer update"),
     (r"^(reduce|elementwise|pooling)", "other named ops"),

@@ -13,6 +13,17 @@ RULES = (
     (r"^convolution\b.*/(sgd|SGD)(_\d+)*/", "conv backward"),
     # the optimizer's variables are updated under its name scope (TensorFlow: "sgd_1/")
     (r"(^|/)(sgd|SGD)(_\d+)*/", "optimizer update"),
+    # The ViT's layers, by the names frameworks/keras/models.py gives them: its
+    # LayerNormalizations (blockB_ln1, blockB_ln2, head_ln), whose ops on JAX are
+    # keras.ops' moments as BatchNormalization's are (so first), and on TensorFlow are
+    # in their scope; its MultiHeadAttention's own ops on TensorFlow (blockB_attn: einsum,
+    # Softmax, their gradients; its query, key, value and attention_output projections
+    # are dense layers). On JAX its attention is jax.nn's rule's (vmap), on torch scaled
+    # dot-product attention. GELU on JAX is keras's gelu (its gradient too)
+    (r"^(?!data movement).*\bjvp\((block\d+_ln\d|head_ln)\)|/(block\d+_ln\d|head_ln)(_\d+)?/",
+     "layernorm"),
+    (r"/block\d+_attn(_\d+)?/(?!(query|key|value|attention_output)(_\d+)?/)", "attention"),
+    (r"^(?!data movement).* @ gelu$", "gelu"),
     # on JAX, BatchNormalization's ops are its keras.ops (batch_normalization, moments);
     # Conv2D's bias is an add in the layer's scope (frameworks/keras/models.py names
     # every convolution after its parameters: stem_conv, stageS_blockB_convN, _shortcut)

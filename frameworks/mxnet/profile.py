@@ -35,17 +35,24 @@ RULES = (
     (r"^(_backward_)?Pooling$", "pooling"),
     (r"^(_backward_)?(Activation|relu|sigmoid)$", "activation"),
     (r"^(_backward_)?(BatchNorm|SyncBatchNorm|_contrib_SyncBatchNorm)$", "batchnorm"),
-    (r"^(_backward_)?(log_softmax|softmax|SoftmaxOutput|softmax_cross_entropy|pick)$",
+    (r"^(_backward_)?LayerNorm$", "layernorm"),
+    # attention (d2l's, frameworks/mxnet/models.py): batch_dot forward and backward (its
+    # gradient is batch_dots too) and a softmax of its own; the loss is log_softmax and pick
+    (r"^(_backward_)?(batch_dot|softmax)$", "attention"),
+    # LeakyReLU is nn.GELU (act_type "gelu"); no model here has a leaky ReLU
+    (r"^(_backward_)?LeakyReLU$", "gelu"),
+    (r"^(_backward_)?(log_softmax|SoftmaxOutput|softmax_cross_entropy|pick)$",
      "softmax and loss"),
     # scratch's sgd (frameworks/mxnet/scratch.py), gluon.Trainer's multi_sgd_update
     (r"^sgd$|^(multi_)?(mp_)?sgd(_mom)?_update$|^(preloaded_)?multi_sgd", "optimizer update"),
     (r"^allreduce$", "communication"),
     (r"^(_backward_)?(copy|_copy|_copyto|Flatten|Reshape|reshape|transpose|SwapAxis|"
-     r"expand_dims|squeeze|slice|_slice_assign\w*|_crop_assign\w*|Cast|cast)$|^Copy\w+2\w+$",
+     r"expand_dims|squeeze|slice|slice_axis|Concat|concat|_slice_assign\w*|_crop_assign\w*|"
+     r"Cast|cast)$|^Copy\w+2\w+$",
      "copies and layout"),
     # bias and elementwise arithmetic, reductions, fills, the engine's frees
     (r"^(_backward_)?(_?(plus|minus|mul|div|add|sub|rminus|rdiv)(_scalar)?|elemwise_\w+|"
-     r"broadcast_\w+|mean|sum|add_n|ElementWiseSum|_full|_zeros|_ones|zeros_like|"
+     r"_?broadcast_\w+|mean|sum|add_n|ElementWiseSum|_full|_zeros|_ones|zeros_like|"
      r"ones_like)$|^DeleteVariable$|^SetValueOp$", "other named ops"),
 )
 

@@ -31,6 +31,12 @@ RULES = (
     (r"Pool2dGradNode|^(pd_op\.)?pool2d", "pooling"),
     (r"(Relu|Sigmoid)\w*GradNode|^(pd_op\.)?(relu|sigmoid)(_grad)?_?\b", "activation"),
     (r"BatchNorm\w*GradNode|^(pd_op\.)?(sync_)?batch_norm", "batchnorm"),
+    (r"LayerNorm\w*GradNode|^(pd_op\.)?layer_norm", "layernorm"),
+    # a softmax of its own is attention's (the ViT's written out, nn.MultiHeadAttention's):
+    # the loss is cross_entropy_with_softmax, one op. Attention's products q k^T and
+    # weights v are matmuls, named as the dense layers' are: dense
+    (r"^(Global|Local)_SoftmaxGradNode|^(pd_op\.)?softmax(_grad)?_?\b", "attention"),
+    (r"Gelu\w*GradNode|^(pd_op\.)?gelu", "gelu"),
     (r"(CrossEntropy|Softmax)\w*GradNode|^(pd_op\.)?(cross_entropy|softmax|log_softmax)",
      "softmax and loss"),
     # scratch's sgd and allreduce: RecordEvents of frameworks/paddle/scratch.py

@@ -21,12 +21,25 @@ RULES = (
      r"^## |^Torch-Compiled Region|^CompiledFunction", "container"),
     (r"ConvolutionBackward|aten::convolution_backward", "conv backward"),
     (r"aten::(conv2d|convolution|_convolution|mkldnn_convolution)\b", "conv forward"),
-    (r"^(Mm|Addmm|Linear)Backward|aten::linear_backward", "dense backward"),
-    (r"aten::(linear|addmm|mm|matmul)\b", "dense forward"),
+    # einsum and bmm: Keras's EinsumDense on torch (MultiHeadAttention's query, key,
+    # value and output projections: dense layers); the suite's attention runs in
+    # scaled_dot_product_attention. Only its math fallback (SDPBackend.MATH, which no
+    # profiled run took) has a BmmBackward0 of its own, which would then count as dense
+    (r"^(Mm|Addmm|Linear|Bmm)Backward|aten::linear_backward", "dense backward"),
+    (r"aten::(linear|addmm|mm|matmul|bmm|einsum)\b", "dense forward"),
     (r"Pool\w*Backward|aten::(max|avg|adaptive_avg|adaptive_max)_pool\w*", "pooling"),
     (r"^(Relu|Sigmoid|Threshold)Backward|aten::(relu_?|sigmoid|threshold_backward|"
      r"sigmoid_backward)\b", "activation"),
     (r"BatchNorm\w*Backward|batch_norm", "batchnorm"),
+    (r"LayerNorm\w*Backward|aten::(native_)?layer_norm(_backward)?\b", "layernorm"),
+    # attention: scaled_dot_product_attention (the ViT's, nn.MultiheadAttention's and
+    # Keras's on torch: one op forward, one node backward, whichever kernel it picks);
+    # a plain softmax is attention's (its math fallback's _safe_softmax): every loss
+    # here is log_softmax (the rule after)
+    (r"ScaledDotProduct\w*Backward|aten::_?scaled_dot_product\w*|"
+     r"aten::_(flash|efficient)_attention\w*|^(Safe)?SoftmaxBackward|"
+     r"aten::(_safe_softmax|_?softmax|_softmax_backward_data)\b", "attention"),
+    (r"^GeluBackward|aten::gelu(_backward)?\b", "gelu"),
     (r"(NllLoss|LogSoftmax|Softmax|CrossEntropy)\w*Backward|aten::(cross_entropy_loss|"
      r"log_softmax|_log_softmax|softmax|nll_loss\w*)\b", "softmax and loss"),
     (r"^Optimizer\.|aten::_foreach_|aten::sgd|^DistributedDataParallel\.zero_grad",

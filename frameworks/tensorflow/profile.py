@@ -42,8 +42,27 @@ RULES = (
     (r"(?<!:): ?(_Mkl\w*?)?(AvgPool|MaxPool)\w*$", "pooling"),
     (r"(?<!:): ?(_Mkl\w*?)?(Relu|ReluGrad|Relu6|Relu6Grad|Sigmoid|SigmoidGrad)$", "activation"),
     (r"(?<!:): ?(_Mkl\w*?)?FusedBatchNorm\w*$", "batchnorm"),
-    (r"(?<!:): ?(Sparse)?(SoftmaxCrossEntropyWithLogits|Softmax|LogSoftmax)$",
-     "softmax and loss"),
+    # A dense layer on a batch of tokens (x @ W, x of rank 3; Keras's EinsumDense) is a
+    # BatchMatMulV2, whose weight gradient is then summed over the batch: the layer's
+    (r"(^|/)gradient_tape/(\w+/)*[Mm]at[Mm]ul(_\d+)?/Sum(_\d+)?:Sum$", "dense backward"),
+    # The ViT's LayerNorm (frameworks/tensorflow/models.py _layer_norm, no name scope):
+    # tf.nn.moments and rsqrt, the only ones at the graph's top level, and their
+    # gradients; its centring, scaling and shift are sub, mul and add named as every
+    # other elementwise op is: other named ops
+    (r"^(gradient_tape/)?(moments(_\d+)?/|Rsqrt(Grad)?(_\d+)?:)", "layernorm"),
+    # attention: a Softmax of its own (every model's loss is the fused
+    # SparseSoftmaxCrossEntropyWithLogits) and its gradient, (g - sum(g * s)) * s, whose
+    # ops the tape names gradient_tape/{mul,Sum,sub}_N, with no scope of their own where
+    # the Softmax is at the graph's top level (the ViT's). Names do not tell those apart
+    # from another top-level op's gradient: in these models only the class token's Tile
+    # has one, gradient_tape/Sum_2, 0.002 of the 0.06-0.08 ms per step these names took
+    # (vit, batch 16, scratch and native). Attention's products (q k^T, weights v) are
+    # BatchMatMulV2s, named as the dense layers' are (matmul_N, MatMul_N): dense
+    (r"(?<!:): ?(_Mkl)?Softmax$|^gradient_tape/(mul|Sum|sub)(_\d+)?:(Mul|Sum|Sub)$",
+     "attention"),
+    # tf.nn.gelu's ops, in its name scope, and their gradients
+    (r"(^|/)Gelu(_\d+)?/", "gelu"),
+    (r"(?<!:): ?(Sparse)?(SoftmaxCrossEntropyWithLogits|LogSoftmax)$", "softmax and loss"),
     # tf.data making the batches (Keras's fit): the input pipeline copies them
     (r"^Iterator::|^IteratorGetNextOp::|(?<!:): ?(IteratorGetNext|MakeIterator|\w+Dataset(V\d)?|"
      r"AnonymousIterator\w*|Optional(HasValue|GetValue|FromValue|None)|DatasetCardinality)$",
