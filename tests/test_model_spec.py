@@ -64,7 +64,7 @@ def toy(**change) -> types.ModuleType:
                   "links": {"batch": 8, "compute_batches": (8,), "rates": ("1gbit",), "steps": 2},
                   "pipeline": {"batch": 8, "steps": 2}},
         CHANNELS_LAST=(lambda ps: [np.asarray(p) for p in ps], lambda ps: [np.asarray(p) for p in ps]),
-        KEY_ORDER=(0, 1, 2, 3), CHECK_MODEL="toy")
+        KEY_ORDER=(0, 1, 2, 3), CHECK_MODEL="toy", DROPOUT=0.0)
     m.__dict__.update(change)
     for name in [k for k, v in change.items() if v is None]:
         delattr(m, name)

@@ -15,6 +15,7 @@ from common import models
 from common.models import costs, layouts
 
 NAME = CHECK_MODEL = "lenet"     # its checks train it as it is
+DROPOUT = 0.0                     # the chapter's has none
 PARAM_NAMES = ("W1", "b1", "W2", "b2", "W3", "b3", "W4", "b4")
 PARAM_SHAPES = ((20, 1, 3, 3), (20,), (50, 20, 5, 5), (50,),
                 (800, 128), (128,), (128, 10), (10,))

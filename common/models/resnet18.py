@@ -24,6 +24,7 @@ from common import models
 from common.models import costs, layouts
 
 NAME = CHECK_MODEL = "resnet18"     # its checks train it as it is
+DROPOUT = 0.0                     # the chapter's has none
 NUM_CLASSES = 10
 IMAGE_SHAPE = (1, 28, 28)
 INIT_SCALE = 0.01

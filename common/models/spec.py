@@ -24,6 +24,8 @@ INTERFACE: dict[str, tuple[type | str, str]] = {
     "STATE_SHAPES": (tuple, "their shapes"),
     "IMAGE_SHAPE": (tuple, "one input image, (channels, height, width)"),
     "NUM_CLASSES": (int, "the logits per image"),
+    "DROPOUT": (float, "the dropout rate training uses, which every record names: 0 in every "
+                       "model here (an oracle cannot follow six frameworks' random streams)"),
     "INIT_SCALE": (float, "the chapter's initial weights' standard deviation"),
     "init_params": (CALLABLE, "init_params(seed, init): the initial parameters every "
                               "framework starts from, float32 (init: a name in INITS)"),

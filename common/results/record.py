@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from common.core import modes
+from common import models
 from common.core.schedules import SCHEDULES
 from common.core.plan import RunConfig
 from common.facts import registry
@@ -16,7 +17,7 @@ FAILED = ("failed", "diverged")     # statuses that make compare exit 1
 # Every key a run record has (a test checks that runs write these and no others).
 RECORD_KEYS = (
     # what was run
-    "framework", "framework_version", "model", "init", "mode", "devices", "device_names", "device_kind",
+    "framework", "framework_version", "model", "init", "dropout", "mode", "devices", "device_names", "device_kind",
     "processes", "native_mechanism", "execution", "execution_mechanism", "settings", "dataset", "epochs",
     "batch_size", "batch_per_device", "scaling", "lr", "sync_bn", "seed", "threads", "cores_per_device", "cpu_affinity",
     "eval_samples",
@@ -75,7 +76,8 @@ def _default_execution(framework: str, mode: str) -> str | None:
 def new_record(cfg: RunConfig) -> dict:
     """A record with every key, filled from the config; the run fills in the rest."""
     record = dict.fromkeys(RECORD_KEYS)
-    record.update(framework=cfg.framework, model=cfg.model, init=cfg.init, mode=cfg.mode,
+    record.update(framework=cfg.framework, model=cfg.model, init=cfg.init,
+                  dropout=models.get(cfg.model).DROPOUT, mode=cfg.mode,
                   devices=cfg.devices,
                   execution=cfg.execution, settings=list(cfg.settings),
                   dataset=cfg.dataset, epochs=cfg.epochs, batch_size=cfg.batch_size,
