@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m benchmarks.links", description=__doc__.split("\n\n")[0])
     p.add_argument("--framework", default=",".join(ENGINES),
                    help="engines to run across the links (a comma-separated list)")
-    p.add_argument("--model", default="lenet,resnet18", help="lenet, resnet18 or both")
+    p.add_argument("--model", default="lenet,resnet18",
+                   help="a comma-separated list of: " + ", ".join(models.NAMES) + " (or all)")
     p.add_argument("--rates", type=_rates, default=None,
                    help="link rates in tc's units, and unshaped (default per model: " + "; ".join(
                        f"{m} {','.join(d['rates'])}" for m, d in DEFAULTS.items()) + ")")
@@ -83,10 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compute-batches", default=None, metavar="B,B,...",
                    type=int_list("--compute-batches", "batch sizes like 32,128,512",
                                  "needs two or more sizes of 1 or more", least=2),
-                   help="one device's batches for t1 (default: LeNet 32,128,512; ResNet-18 "
-                        "8,32,64); the predictor fits t1 on all but the node runs' batch")
+                   help="one device's batches for t1 (default per model: " + "; ".join(
+                       f"{m} {','.join(map(str, d['compute_batches']))}" for m, d in DEFAULTS.items())
+                   + "); the predictor fits t1 on all but the node runs' batch")
     p.add_argument("--steps-per-epoch", type=positive, default=None,
-                   help="steps in each timed epoch (default: LeNet 8, ResNet-18 3)")
+                   help="steps in each timed epoch (default per model: " + ", ".join(
+                       f"{m} {d['steps']}" for m, d in DEFAULTS.items()) + ")")
     p.add_argument("--ps-nodes", default="2,3,4",
                    type=int_list("--ps-nodes", "node counts like 2,3,4", "2 or more", least=1),
                    help="node counts of the parameter server against ring runs (LeNet)")

@@ -219,13 +219,15 @@ def _slash(values, scale=None) -> str:
 def build_parser() -> Parser:
     p = Parser(prog="python -m benchmarks.pipeline", description=__doc__.split("\n\n")[0])
     p.add_argument("--framework", default="all")
-    p.add_argument("--model", default="lenet,resnet18")
+    p.add_argument("--model", default="lenet,resnet18",
+                   help="a comma-separated list of: " + ", ".join(models.NAMES) + " (or all)")
     # --schedule, as compare names it (--schedules: this command's first name for it)
     p.add_argument("--schedule", "--schedules", default=",".join(SCHEDULES),
                    help="the pipeline schedules to run, all or a comma-separated list of: "
                         + ", ".join(SCHEDULES))
     p.add_argument("--stages", type=int_list("--stages", "stage counts like 2,4", "must be 2 or more"),
-                   default=list(STAGES), help="stage counts (LeNet: 2 at most; ResNet-18: up to 10)")
+                   default=list(STAGES), help="stage counts (at most each model's units: " + ", ".join(
+                       f"{m} {len(models.get(m).UNITS)}" for m in models.NAMES) + ")")
     p.add_argument("--micro-batches", type=int_list("--micro-batches", "counts like 1,4,8",
                                                     "must be 1 or more"),
                    default=list(MICRO_BATCHES), help="micro-batch counts")

@@ -35,7 +35,8 @@ LIMITS_FILE = "limits.json"
 
 def build_parser():
     p = command_parser("benchmarks.profile", __doc__)
-    p.add_argument("--model", default="lenet,resnet18", help="lenet, resnet18 or both")
+    p.add_argument("--model", default="lenet,resnet18",
+                   help="a comma-separated list of: " + ", ".join(models.NAMES) + " (or all)")
     p.add_argument("--mode", default="default",
                    help="modes to profile: default (compare's), or a comma-separated list")
     p.add_argument("--steps", type=positive, default=None,

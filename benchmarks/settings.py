@@ -41,7 +41,8 @@ TOGETHER = "together"
 
 def build_parser():
     p = command_parser("benchmarks.settings", __doc__)
-    p.add_argument("--model", default="lenet", help="lenet, resnet18 or both")
+    p.add_argument("--model", default="lenet",
+                   help="a comma-separated list of: " + ", ".join(models.NAMES) + " (or all)")
     p.add_argument("--mode", default="default",
                    help="modes: default (compare's), or a comma-separated list")
     p.add_argument("--settings", default="all",
