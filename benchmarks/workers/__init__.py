@@ -1,3 +1,3 @@
 """The processes benchmarks/ commands start, one each: a run (run.py, compare's worker), the
-device experiments' and device scopes' workers, and the links' all-reduce probe. Internal:
-users run the commands."""
+device experiments' and device scopes' workers, the links' all-reduce probe, and one
+framework's ViT defaults (vit_defaults.py). Internal: users run the commands."""

@@ -116,14 +116,20 @@ class Positions(layers.Layer):
         return x + self.positions
 
 
-def keras_vit(name, sync_bn=False, units=None):
+def keras_vit(name, sync_bn=False, units=None, keras_defaults=()):
     """d2l's ViT (common/models/vit.py) in Keras's own layers: Conv2D for the patches,
     LayerNormalization at the model's epsilon (Keras's default is 1e-3), MultiHeadAttention
     without biases, Dense with the exact GELU (keras.activations.gelu's default). Each
     layer named after its parameters, as ResNet-18's (vit_slots finds them); with units
-    (lo, hi), only those units (a pipeline stage, model mode)."""
+    (lo, hi), only those units (a pipeline stage, model mode). keras_defaults names the
+    choices left to Keras instead (benchmarks.vit_defaults trains each): "epsilon"
+    (LayerNormalization's), "bias" (MultiHeadAttention's use_bias), "gelu" (keras.ops.gelu,
+    whose default is the tanh approximation)."""
     from common.models import vit
     s, m = vit.shape(name), models.get(name)
+    ln = {} if "epsilon" in keras_defaults else {"epsilon": s.eps}
+    attn = {} if "bias" in keras_defaults else {"use_bias": False}
+    gelu = keras.ops.gelu if "gelu" in keras_defaults else "gelu"
     lo, hi = units or (0, s.units)
     if lo == 0:
         image = m.IMAGE_SHAPE
@@ -133,15 +139,15 @@ def keras_vit(name, sync_bn=False, units=None):
     else:
         X = x = keras.Input(m.UNITS[lo - 1][3])
     for i in range(max(lo, 1), min(hi, s.blocks + 1)):
-        a = layers.LayerNormalization(epsilon=s.eps, name=f"block{i}_ln1")(x)
-        a = layers.MultiHeadAttention(s.heads, s.head_width, use_bias=False,
+        a = layers.LayerNormalization(**ln, name=f"block{i}_ln1")(x)
+        a = layers.MultiHeadAttention(s.heads, s.head_width, **attn,
                                       name=f"block{i}_attn")(a, a)
         x = layers.Add()([x, a])
-        h = layers.LayerNormalization(epsilon=s.eps, name=f"block{i}_ln2")(x)
-        h = layers.Dense(s.mlp, activation="gelu", name=f"block{i}_fc1")(h)
+        h = layers.LayerNormalization(**ln, name=f"block{i}_ln2")(x)
+        h = layers.Dense(s.mlp, activation=gelu, name=f"block{i}_fc1")(h)
         x = layers.Add()([x, layers.Dense(s.width, name=f"block{i}_fc2")(h)])
     if s.has_head((lo, hi)):
-        c = layers.LayerNormalization(epsilon=s.eps, name="head_ln")(x[:, 0])
+        c = layers.LayerNormalization(**ln, name="head_ln")(x[:, 0])
         x = layers.Dense(m.NUM_CLASSES, name="head")(c)
     return keras.Model(X, x, name=name)
 
