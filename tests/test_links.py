@@ -35,6 +35,23 @@ def test_bad_options_exit_2_with_one_line(argv, says, tmp_path):
     assert not (tmp_path / "o").exists()         # nothing written
 
 
+def test_the_transformers_split_formulas():
+    """Issue 52's two splits against data parallelism's ring, composed from their
+    collectives: sharded, two all-gathers and a reduce-scatter of the parameters, each
+    half a ring all-reduce (1.5 rings); tensor parallel, four ring all-reduces of a block's
+    activations per block (the ViT's default size, batch 64, float32: 17 x 64 x 4 bytes an
+    image). Planted: one all-gather left out is a ring's bytes, not 1.5 rings'."""
+    for n in (2, 4, 8):
+        half = perf.ring_bytes(P, n) / 2
+        assert perf.sharded_bytes(P, n) == pytest.approx(3 * half)
+        assert perf.sharded_bytes(P, n) != pytest.approx(2 * half)        # the plant
+    assert perf.sharded_bytes(P, 1) == 0 and perf.tensor_parallel_bytes(1e6, 2, 1) == 0
+    vit = models.get("vit")
+    activations = 64 * vit.TOKENS * vit.SIZE["width"] * 4
+    assert perf.tensor_parallel_bytes(activations, vit.SIZE["blocks"], 2) == \
+        pytest.approx(4 * 2 * activations)                 # a 2-ring sends the message once
+
+
 def test_the_formulas():
     assert links_page.ring_bytes(P, 2) == P
     assert links_page.ring_bytes(P, 4) == 1.5 * P

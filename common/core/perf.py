@@ -47,6 +47,25 @@ def ring_bytes(p: float, n: int) -> float:
     return 2 * (n - 1) / n * p
 
 
+def sharded_bytes(p: float, n: int) -> float:
+    """Bytes each of n devices sends a step in sharded data parallelism (ZeRO-3, PyTorch
+    FSDP: Rajbhandari et al. 2020) over p bytes of parameters: an all-gather of the
+    parameters before the forward pass, another before the backward pass, and a
+    reduce-scatter of the gradients, each (n-1)/n x p: 3(n-1)/n x p, 1.5 times
+    ring_bytes' 2(n-1)/n x p (issue 52; a calculation)."""
+    return 3 * (n - 1) / n * p
+
+
+def tensor_parallel_bytes(activation_bytes: float, blocks: int, n: int) -> float:
+    """Bytes each of n devices sends a step in tensor parallelism (Megatron-LM: Shoeybi et
+    al. 2019): per transformer block, two ring all-reduces of the activations forward (after
+    the attention's output projection and the MLP's second layer, both row-parallel) and
+    two backward (the gradients of the column-parallel layers' inputs), each of
+    `activation_bytes` (batch x tokens x width x the bytes of an element): 4 x blocks x
+    ring_bytes(activation_bytes, n) (issue 52; a calculation)."""
+    return 4 * blocks * ring_bytes(activation_bytes, n)
+
+
 def ring_sec(nbytes: float, k: int, latency: float, bandwidth: float) -> float:
     """A ring all-reduce of nbytes over k devices: 2(k-1) latencies and each device's
     ring_bytes at the link's bandwidth (bytes/s); 0 on one device."""
