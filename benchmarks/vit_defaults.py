@@ -21,7 +21,7 @@ from common import models
 from common.facts import data, machine, registry
 from common.reports import vit_defaults as page
 
-from .cli import Parser, UsageError, positive, run_command
+from .cli import Parser, UsageError, names, positive, run_command
 from .runner import run_worker, worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,9 @@ BATCH, LR = 64, 0.1          # d2l's lr; the batch the ViT's other commands trai
 
 def build_parser() -> Parser:
     p = Parser(prog="python -m benchmarks.vit_defaults", description=__doc__.split("\n\n")[0])
-    p.add_argument("--framework", default="all", help="all, or names separated by commas")
+    p.add_argument("--framework", default="all",
+                   help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}; "
+                        "keras: every installed Keras backend")
     p.add_argument("--steps", type=positive, default=5)
     p.add_argument("--threads", type=positive, default=os.cpu_count() or 1)
     p.add_argument("--timeout", type=positive, default=900, help="seconds per framework")
@@ -39,16 +41,14 @@ def build_parser() -> Parser:
 
 
 def resolve(args) -> list[str]:
-    """The frameworks to run; an unknown or uninstalled one is a UsageError."""
-    names = registry.installed() if args.framework == "all" else args.framework.split(",")
-    for n in names:
-        try:
-            registry.check_name(n)
-        except registry.UnknownFramework as e:
-            raise UsageError(str(e)) from None
+    """The frameworks to run (all: the installed ones), read by every command's list rule
+    (benchmarks.cli.names: "keras" for its backends); an uninstalled one is a UsageError."""
+    chosen = (registry.installed() if args.framework.strip() == "all"
+              else names(args.framework, registry.NAMES, "framework", registry.groups()))
+    for n in chosen:
         if not registry.is_installed(n):
             raise UsageError(registry.not_installed(n))
-    return names
+    return chosen
 
 
 def oracle(args, command: str) -> dict:

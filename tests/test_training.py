@@ -109,8 +109,8 @@ def test_native_two_devices_matches_scratch(worker_record, framework, model):
     native x2 is the oracle run per shard. LeNet has no BatchNorm: 2 devices on the
     batch are 1 device on it, so native and scratch x2 are each held to native x1 (from
     Glorot weights: step losses and final parameters)."""
-    lenet = _stateless(model)
-    native = worker_record(framework, "native", 2, model, **(GLOROT if lenet else {}))
+    stateless = _stateless(model)
+    native = worker_record(framework, "native", 2, model, **(GLOROT if stateless else {}))
     gap = registry.gap(framework, "multi-device") or (
         models.get(model).STATE_NAMES and registry.gap(framework, "replica-bn"))
     if gap:
@@ -127,7 +127,7 @@ def test_native_two_devices_matches_scratch(worker_record, framework, model):
         # processes reduced gradients (and losses) between them
         assert native["processes"] == 2, native["processes"]
     has_scratch = (framework, "scratch") not in registry.KNOWN_GAPS
-    if lenet:
+    if stateless:
         one = _ok(worker_record(framework, "native", 1, model, **GLOROT))
         runs = {"native x2": native}
         if has_scratch:
