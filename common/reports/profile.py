@@ -103,6 +103,13 @@ def roofline_table(rows: list[dict], model: str, batch: int, limits: dict) -> li
     if not peak or not bw:
         return [f"No roofline: the machine's limits were not measured ({limits})."]
     counted = costs.class_costs(models.get(model), batch)
+
+    def bound_ms(c):
+        return 1e3 * max(counted[c]["flops"] / (peak * 1e9), counted[c]["bytes"] / (bw * 1e9))
+    # the step's roofline: every counted class at its own bound, one after another (the
+    # classes share the cores, so none overlaps another), against each row's profiled step
+    step = {k: sum(v[k] for v in counted.values()) for k in ("flops", "bytes")}
+    step_ms = sum(bound_ms(c) for c in counted)
     if any("conv backward" in r["profile"]["classes"] for r in rows):     # not parted
         both = [counted[c] for c in ("conv backward input", "conv backward weight") if c in counted]
         counted["conv backward"] = {k: sum(v[k] for v in both) for k in ("flops", "bytes")}
@@ -111,13 +118,17 @@ def roofline_table(rows: list[dict], model: str, batch: int, limits: dict) -> li
         if c not in counted:
             continue
         f, b = counted[c]["flops"], counted[c]["bytes"]
-        bound_ms = 1e3 * max(f / (peak * 1e9), b / (bw * 1e9))
         cells = []
         for r in rows:
             t = r["profile"]["classes"].get(c)
-            cells.append(f"{t / bound_ms:.1f}x ({f / (t * 1e6):.1f})" if t else "-")
+            cells.append(f"{t / bound_ms(c):.1f}x ({f / (t * 1e6):.1f})" if t else "-")
         body.append([c, f"{f / 1e6:.1f}", f"{b / 1e6:.1f}", f"{f / b:.1f}",
-                     f"{min(peak, f / b * bw):.0f}", f"{bound_ms:.2f}", *cells])
+                     f"{min(peak, f / b * bw):.0f}", f"{bound_ms(c):.2f}", *cells])
+    f = step["flops"]
+    body.append(["**step** (every class at its bound)", f"{f / 1e6:.1f}", f"{step['bytes'] / 1e6:.1f}",
+                 f"{f / step['bytes']:.1f}", f"{f / (step_ms * 1e6):.0f}", f"{step_ms:.2f}",
+                 *(f"{r['profile']['window_ms'] / step_ms:.1f}x "
+                   f"({f / (r['profile']['window_ms'] * 1e6):.1f})" for r in rows)])
     return _table(["class", "MFLOP (calc.)", "MB (calc.)", "FLOP/byte", "bound GFLOP/s",
                    "bound ms", *(f"{label(r)}: time/bound (GFLOP/s)" for r in rows)], body)
 
