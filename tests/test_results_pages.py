@@ -79,7 +79,8 @@ PROFILE_PAGES = {"h100-profile": ("h100-profile",), "cpu-2core-profile": ("cpu-2
                                                     "cpu-2core-jax-versions-profile/2"),
                  "cpu-2core-best": ("cpu-2core-best/profile",),
                  "cpu-2core-best-resnet18": ("cpu-2core-best/profile-resnet18",),
-                 "cpu-2core-bf16": ("cpu-2core-bf16/profile-keras-jax",)}
+                 "cpu-2core-bf16": ("cpu-2core-bf16/profile-keras-jax",),
+                 "cpu-2core-vit-best": ("cpu-2core-vit-best/profile",)}
 
 
 @pytest.mark.parametrize("page", sorted(PROFILE_PAGES))
@@ -114,6 +115,7 @@ SETTINGS_PAGES = {
     "cpu-2core-best-resnet18.md": ("cpu-2core-best/resnet18", "cpu-2core-best/resnet18-keras-jax",
                                    "cpu-2core-best/resnet18-pytorch-bf16",
                                    "cpu-2core-best/resnet18-bf16"),
+    "cpu-2core-vit-best.md": ("cpu-2core-vit-best/vit", "cpu-2core-vit-best/vit-pytorch-compiled"),
 }
 
 
