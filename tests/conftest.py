@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.runner import worker_env
+from tests.helpers.oracle_cache import SHARED_CACHE
 from common.facts import registry
 from common.facts.machine import cpu_info, cpu_line
 
@@ -112,7 +113,6 @@ def pytest_configure(config):
 # the suite compiled nothing (PyTorch's conformance checks 26 s warm, 64 s cold;
 # keras-torch's 56 s and 81 s). The checks compare values, and a cached program is the
 # same program.
-SHARED_CACHE = "DL_COMPARE_TESTS_CACHE"
 if SHARED_CACHE not in os.environ:
     os.environ[SHARED_CACHE] = tempfile.mkdtemp(prefix="dl-compare-tests-cache-")
     atexit.register(shutil.rmtree, os.environ[SHARED_CACHE], True)

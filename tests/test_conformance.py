@@ -446,3 +446,39 @@ def test_scratch_check_runs_the_default_execution(framework):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = proc.stdout.strip().splitlines()[-1]
     assert result.startswith("failed: step 0 loss vs the per-shard oracle"), result
+
+
+def test_the_oracle_cache_answers_only_the_same_question(tmp_path, monkeypatch):
+    """The conformance processes share the oracle's results (tests/helpers/oracle_cache.py):
+    the same call is read back with the running statistics it left, and a call that
+    differs in any input (an option, the initial state, one weight) computes anew. Seen
+    failing: with the options left out of the key, the unbiased variance's call was
+    answered with the biased one's."""
+    from tests.helpers import oracle_cache
+    from tests.helpers.conformance import _batch, _nontrivial_params
+    monkeypatch.setenv(oracle_cache.SHARED_CACHE, str(tmp_path))
+    model = models.get("resnet18")
+    params, batches = _nontrivial_params(model), [_batch(2, seed=0)]
+    calls = []
+    real = models.sgd_steps
+    monkeypatch.setattr(models, "sgd_steps", lambda *a, **k: calls.append(k) or real(*a, **k))
+
+    def run(params=params, unbiased=True, state=None):
+        state = state or [s.astype(np.float64) for s in model.init_state()]
+        losses, after = oracle_cache.sgd_steps(model, params, batches, 0.1, state=state,
+                                               unbiased_running_var=unbiased)
+        return losses, after, state
+
+    first = run()
+    again = run()
+    assert len(calls) == 1, "the same call computed twice"
+    for a, b in zip([first[0], *first[1], *first[2]], [again[0], *again[1], *again[2]]):
+        np.testing.assert_array_equal(a, b)
+    biased = run(unbiased=False)
+    assert len(calls) == 2 and not np.array_equal(biased[2][1], first[2][1]), (
+        "a call with another option was answered from the cache")
+    other = [p.copy() for p in params]
+    other[0][0, 0, 0, 0] += 1
+    run(params=other)
+    run(state=[s.astype(np.float64) + 1 for s in model.init_state()])
+    assert len(calls) == 4, "a call with another weight or state was answered from the cache"

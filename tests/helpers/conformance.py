@@ -23,6 +23,7 @@ from common.facts import devices as dev, registry
 from common import models
 from common.core import modes
 from common.core.contract import NeedsGPU, NotApplicable
+from tests.helpers import oracle_cache as oracle
 
 CHECKS = {}   # name -> (function, needs, per_model)
 
@@ -246,8 +247,8 @@ def _against_oracle(b, name, params):
     state = model.init_state()
     logits, loss, grads, new_state = b.forward_backward(name, params, X, y, state)
     want_state = [s.astype(np.float64) for s in state]
-    want_loss, want_logits, want_grads = model.loss_and_grads(
-        params, X, y, state=want_state, unbiased_running_var=_unbiased(b, name))
+    want_loss, want_logits, want_grads = oracle.loss_and_grads(
+        model, params, X, y, state=want_state, unbiased_running_var=_unbiased(b, name))
     _close("logits", logits, want_logits, tol["logits"])
     _close("loss", loss, want_loss, tol["loss"])
     _grads_close(model, grads, want_grads, tol)
@@ -390,7 +391,7 @@ def _oracle_steps(name, shards, unbiased):
         model = models.get(name)
         batches = [_batch(ORACLE_BATCH[name], seed=s) for s in range(CHECK_STEPS[name])]
         state = [s.astype(np.float64) for s in model.init_state()]
-        losses, params = models.sgd_steps(model, _nontrivial_params(model), batches, CHECK_LR,
+        losses, params = oracle.sgd_steps(model, _nontrivial_params(model), batches, CHECK_LR,
                                           state=state, shards=shards, unbiased_running_var=unbiased)
         _ORACLE_STEPS[key] = (losses, params, state)
     losses, params, state = _ORACLE_STEPS[key]
@@ -575,7 +576,7 @@ def model_mode_matches_oracle(b, name, schedules=None):
         order = _state_order(b, name, schedule)
         if (M, order) not in oracles:
             want_state = [s.astype(np.float64) for s in model.init_state()]
-            oracles[M, order] = (*models.sgd_steps(
+            oracles[M, order] = (*oracle.sgd_steps(
                 model, params, batches, CHECK_LR, state=want_state, shards=M,
                 unbiased_running_var=_unbiased(b, name), state_order=order), want_state)
         want_losses, want_params, want_state = oracles[M, order]

@@ -35,6 +35,7 @@ from common.launch import launcher
 from tests.helpers.conformance import (CHECK_LR, CHECK_STEPS, MODEL_MICRO_BATCHES, ONE_F_ONE_B,
                                ORACLE_BATCH, _batch, _nontrivial_params, _state_order)
 from tests.test_pipeline import PLANTED_1F1B, PLANTED_SPANS
+from tests.helpers import oracle_cache
 
 
 # Planted bugs in what a run with a process per stage reports of ResNet-18's running
@@ -142,9 +143,9 @@ def oracle(runs: dict) -> dict:
     model = models.get("resnet18")
     batches = [_batch(ORACLE_BATCH["resnet18"], seed=s) for s in range(CHECK_STEPS["resnet18"])]
     state = [s.astype(np.float64) for s in model.init_state()]
-    losses, params = models.sgd_steps(model, _nontrivial_params(model), batches, CHECK_LR,
-                                      state=state, shards=MICRO_BATCHES["resnet18"],
-                                      unbiased_running_var=unbiased, state_order=order)
+    losses, params = oracle_cache.sgd_steps(model, _nontrivial_params(model), batches, CHECK_LR,
+                                            state=state, shards=MICRO_BATCHES["resnet18"],
+                                            unbiased_running_var=unbiased, state_order=order)
     X, y = batches[0]
     final = model.cross_entropy(model.forward(params, X, state=[s.copy() for s in state],
                                               training=False), y).mean()
