@@ -270,3 +270,18 @@ def test_a_default_that_differs_is_told_from_float32_noise():
     planted["losses"]["jax.nn.gelu(x)"][-1] += 1e-5
     moved = [*records[:at], planted, *records[at + 1:]]
     assert _missing(report.loss_table(oracle, moved), "cpu-2core-vit-defaults.md")
+
+
+def test_the_paddle_onednn_page_is_its_records():
+    """docs/results/cpu-2core-paddle-onednn.md: its table is its probe's committed runs,
+    rendered by the probe's own table (docs/results/cpu-2core-paddle-onednn/probe.py)."""
+    import importlib.util
+    import json
+    folder = RESULTS / "cpu-2core-paddle-onednn"
+    spec = importlib.util.spec_from_file_location("probe", folder / "probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    record = json.loads((folder / "runs.json").read_text())
+    assert len(record["runs"]) == 9
+    missing = _missing(_rows(probe.table(record)), "cpu-2core-paddle-onednn.md")
+    assert not missing, missing[:2]
