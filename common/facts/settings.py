@@ -159,7 +159,11 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
         Setting("to-static", "paddle.jit.to_static: the forward as a static program",
                 "https://www.paddlepaddle.org.cn/documentation/docs/en/guides/jit/"
                 "basic_usage_en.html", "compile", execution="compiled"),
-        Setting("onednn", "oneDNN kernels in dynamic graph mode (FLAGS_use_mkldnn)",
+        # measured: its dynamic graph executes no oneDNN primitive with the flag, and
+        # where Paddle 3.3.1 does run oneDNN (to_static, the old static graph) a training
+        # step crashes (docs/results/cpu-2core-paddle-onednn.md, oneDNN's verbose log)
+        Setting("onednn", "oneDNN kernels in dynamic graph mode (FLAGS_use_mkldnn); its effect is "
+                "not seen: in Paddle 3.3.1's dynamic graph oneDNN's log shows no primitive run",
                 "https://www.paddlepaddle.org.cn/documentation/docs/en/guides/flags/"
                 "flags_en.html", "library", ("cpu",), {"FLAGS_use_mkldnn": "1"}),
         Setting("small-buffers", f"DataParallel's gradient buffers of {COMM_BUFFER_MB} MB "
