@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from common import models
 from common.facts import registry
 
 LOCK_FILE = ".lock"                # pid of the run writing the folder right now
@@ -95,6 +96,13 @@ def command_parser(module: str, doc: str) -> Parser:
     p.add_argument("--framework", default="all",
                    help=f"all, or a comma-separated list of: {', '.join(registry.NAMES)}")
     return p
+
+
+def add_models(p: argparse.ArgumentParser, default: str) -> None:
+    """The --model option of a command that takes several models (read back by
+    names(args.model, models.NAMES, "model")), its help naming every model."""
+    p.add_argument("--model", default=default,
+                   help="a comma-separated list of: " + ", ".join(models.NAMES) + " (or all)")
 
 
 def fraction(text):

@@ -33,7 +33,7 @@ from common.core import perf
 from common.facts import registry
 from common.launch import netns
 
-from .cli import Parser, UsageError, int_list, names, positive, run_command
+from .cli import Parser, UsageError, add_models, int_list, names, positive, run_command
 from .probe import PS_RING, can_emulate, probe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,8 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m benchmarks.links", description=__doc__.split("\n\n")[0])
     p.add_argument("--framework", default=",".join(ENGINES),
                    help="engines to run across the links (a comma-separated list)")
-    p.add_argument("--model", default="lenet,resnet18",
-                   help="a comma-separated list of: " + ", ".join(models.NAMES) + " (or all)")
+    add_models(p, "lenet,resnet18")
     p.add_argument("--rates", type=_rates, default=None,
                    help="link rates in tc's units, and unshaped (default per model: " + "; ".join(
                        f"{m} {','.join(d['rates'])}" for m, d in DEFAULTS.items()) + ")")

@@ -43,7 +43,7 @@ from common.reports.plots import schedule_plots
 from common.results.record import schedule_of
 from common.results.timing import last_step_sec
 
-from .cli import Parser, UsageError, int_list, names, results_dir
+from .cli import Parser, UsageError, add_models, int_list, names, results_dir
 from .runner import run_config, worker_env
 from .workers.run import QUIET_ENV
 
@@ -219,8 +219,7 @@ def _slash(values, scale=None) -> str:
 def build_parser() -> Parser:
     p = Parser(prog="python -m benchmarks.pipeline", description=__doc__.split("\n\n")[0])
     p.add_argument("--framework", default="all")
-    p.add_argument("--model", default="lenet,resnet18",
-                   help="a comma-separated list of: " + ", ".join(models.NAMES) + " (or all)")
+    add_models(p, "lenet,resnet18")
     # --schedule, as compare names it (--schedules: this command's first name for it)
     p.add_argument("--schedule", "--schedules", default=",".join(SCHEDULES),
                    help="the pipeline schedules to run, all or a comma-separated list of: "

@@ -25,7 +25,7 @@ from common.facts.machine import gpu_count
 from common.reports import profile as report
 from common.results.record import write_atomic
 
-from .cli import UsageError, command_parser, names, positive, recorded_command, run_command
+from .cli import UsageError, add_models, command_parser, names, positive, recorded_command, run_command
 from . import tuned
 from .runner import Interrupts, run_config
 
@@ -35,8 +35,7 @@ LIMITS_FILE = "limits.json"
 
 def build_parser():
     p = command_parser("benchmarks.profile", __doc__)
-    p.add_argument("--model", default="lenet,resnet18",
-                   help="a comma-separated list of: " + ", ".join(models.NAMES) + " (or all)")
+    add_models(p, "lenet,resnet18")
     p.add_argument("--mode", default="default",
                    help="modes to profile: default (compare's), or a comma-separated list")
     p.add_argument("--steps", type=positive, default=None,

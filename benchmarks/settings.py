@@ -27,8 +27,8 @@ from common.reports.decisions import SeveralKinds, decide, merged
 from common.results.record import nodes_of, write_atomic
 from common.results.timing import step_sec
 
-from .cli import (UsageError, command_parser, names, positive, positive_float, recorded_command,
-                  run_command)
+from .cli import (UsageError, add_models, command_parser, names, positive, positive_float,
+                  recorded_command, run_command)
 from .probe import can_emulate, probe
 from .tuned import DECISIONS, asked
 from .runner import Interrupts, run_config
@@ -41,8 +41,7 @@ TOGETHER = "together"
 
 def build_parser():
     p = command_parser("benchmarks.settings", __doc__)
-    p.add_argument("--model", default="lenet",
-                   help="a comma-separated list of: " + ", ".join(models.NAMES) + " (or all)")
+    add_models(p, "lenet")
     p.add_argument("--mode", default="default",
                    help="modes: default (compare's), or a comma-separated list")
     p.add_argument("--settings", default="all",

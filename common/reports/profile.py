@@ -124,9 +124,9 @@ def roofline_table(rows: list[dict], model: str, batch: int, limits: dict) -> li
             cells.append(f"{t / bound_ms(c):.1f}x ({f / (t * 1e6):.1f})" if t else "-")
         body.append([c, f"{f / 1e6:.1f}", f"{b / 1e6:.1f}", f"{f / b:.1f}",
                      f"{min(peak, f / b * bw):.0f}", f"{bound_ms(c):.2f}", *cells])
-    f = step["flops"]
-    body.append(["**step** (every class at its bound)", f"{f / 1e6:.1f}", f"{step['bytes'] / 1e6:.1f}",
-                 f"{f / step['bytes']:.1f}", f"{f / (step_ms * 1e6):.0f}", f"{step_ms:.2f}",
+    f, b = step["flops"], step["bytes"]
+    body.append(["**step** (every class at its bound)", f"{f / 1e6:.1f}", f"{b / 1e6:.1f}",
+                 f"{f / b:.1f}", f"{f / (step_ms * 1e6):.0f}", f"{step_ms:.2f}",
                  *(f"{r['profile']['window_ms'] / step_ms:.1f}x "
                    f"({f / (r['profile']['window_ms'] * 1e6):.1f})" for r in rows)])
     return _table(["class", "MFLOP (calc.)", "MB (calc.)", "FLOP/byte", "bound GFLOP/s",
