@@ -482,3 +482,45 @@ def test_the_oracle_cache_answers_only_the_same_question(tmp_path, monkeypatch):
     run(params=other)
     run(state=[s.astype(np.float64) + 1 for s in model.init_state()])
     assert len(calls) == 4, "a call with another weight or state was answered from the cache"
+
+
+# Sharded mode's two collectives, each planted away in a framework process: the
+# reduce-scatter leaves each device its own rows of its own gradient (a shard's gradient
+# not reduced), the all-gather leaves every device's work copy as it was (the shards'
+# updates never reach the forward pass). The check must fail on both.
+PLANTED_SHARDED_RUN = """
+import json, sys
+from common.core import sharded
+from common.facts import registry
+from tests.helpers.conformance import run_checks
+b = registry.get(sys.argv[1], profiled=False)
+b.setup(cpu_devices=2, threads=1)
+keep = sharded.reduce_scatter, sharded.all_gather
+plants = {"none": {},
+          "no reduce-scatter": {"reduce_scatter": lambda b, grads, bounds, devices: [
+              b.rows(g, lo, hi) for g, (lo, hi) in zip(grads, bounds)]},
+          "no all-gather": {"all_gather": lambda b, shards, targets: None}}
+results = {}
+for plant, swap in plants.items():
+    sharded.reduce_scatter, sharded.all_gather = keep
+    for name, fn in swap.items():
+        setattr(sharded, name, fn)
+    r = run_checks(b, ["lenet"], only={"sharded_two_devices_match_oracle"})
+    (res,) = r.values()
+    results[plant] = res["status"] + ": " + res["detail"][:300]
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.parametrize("framework", [f for f in ("pytorch", "paddle", *covered())
+                                       if f in covered() and (f, "sharded") not in registry.KNOWN_GAPS][:1])
+def test_sharded_check_fails_without_either_collective(framework):
+    """sharded_two_devices_match_oracle holds as the code is, and fails with the
+    reduce-scatter's sum planted away and with the all-gather planted away."""
+    proc = run_python(["-c", PLANTED_SHARDED_RUN, framework], framework=framework)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert results["none"] == "passed: ", results["none"]
+    for plant in ("no reduce-scatter", "no all-gather"):
+        assert re.match(r"failed: AssertionError: sharded step losses vs the per-shard oracle",
+                        results[plant]), (plant, results[plant])

@@ -46,6 +46,17 @@ def test_the_transformers_split_formulas():
         assert perf.sharded_bytes(P, n) == pytest.approx(3 * half)
         assert perf.sharded_bytes(P, n) != pytest.approx(2 * half)        # the plant
     assert perf.sharded_bytes(P, 1) == 0 and perf.tensor_parallel_bytes(1e6, 2, 1) == 0
+    # gathered once and kept through the backward pass: a ring's bytes, as sharded mode
+    # by hand counts what its collectives move (common/core/sharded.py: sent_bytes); rows
+    # that do not divide evenly load the devices unevenly
+    from common.core.sharded import row_bounds, sent_bytes
+    for n in (2, 3, 4):
+        assert perf.sharded_bytes(P, n, regather=False) == pytest.approx(perf.ring_bytes(P, n))
+        shapes = [(12 * n, 5), (n,)]
+        even = 4 * (12 * n * 5 + n)
+        assert sent_bytes(shapes, row_bounds(shapes, n)) == [perf.sharded_bytes(even, n, regather=False)] * n
+    uneven = sent_bytes([(5, 2)], row_bounds([(5, 2)], 3))
+    assert uneven == [4 * 2 * (2 * 2 + 3), 4 * 2 * (2 * 2 + 3), 4 * 2 * (2 * 1 + 4)]
     vit = models.get("vit")
     activations = 64 * vit.TOKENS * vit.SIZE["width"] * 4
     assert perf.tensor_parallel_bytes(activations, vit.SIZE["blocks"], 2) == \

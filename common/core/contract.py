@@ -416,7 +416,26 @@ class Backend(ABC):
 
     @abstractmethod
     def add(self, values: list, device: str) -> Any:
-        """The sum of framework scalars from several devices, on `device`."""
+        """The sum of framework tensors from several devices (scalars, or arrays of one
+        shape), on `device`."""
+
+    # --- sharded mode: ZeRO-3 by hand (common/core/sharded.py) ---
+    @abstractmethod
+    def rows(self, x: Any, lo: int, hi: int) -> Any:
+        """A new tensor of rows lo:hi (the first axis) of x, a replica's parameter or
+        gradient, on x's device."""
+
+    @abstractmethod
+    def concat(self, parts: list, device: str) -> Any:
+        """The parts (each on `device`) concatenated along their first axis, on `device`."""
+
+    @abstractmethod
+    def assign(self, x: Any, value: Any) -> None:
+        """A replica's parameter x takes `value` (a tensor of its shape on its device), in place."""
+
+    def clear_grads(self, replica: Replica) -> None:
+        """Empty the replica's gradients where the next backward pass would add to them
+        (sgd does it after its update; sharded mode updates shards, not the replica)."""
 
     # the executions in which bind_train_batch traces the whole of train_batch into one
     # program, whose Python runs once: a traced run cannot clock its all-reduce apart

@@ -16,6 +16,7 @@ from common.core.pipeline import PipelineTrainer
 from common.core.schedules import SCHEDULES, stages
 from common.core.plan import RunConfig
 from common.core.scratch import ScratchTrainer
+from common.core.sharded import ShardedTrainer
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,26 @@ class Scratch(Mode):
         model = models.get(cfg.model)
         return ScratchTrainer(backend, cfg.model, model.init_params(cfg.seed, cfg.init), model.init_state(),
                               devices, cfg.lr, cfg.execution, cfg.trace)
+
+
+class Sharded(Mode):
+    """Sharded data parallelism (ZeRO-3, FSDP) by hand: common/core/sharded.py."""
+    by_hand = True
+
+    def precheck(self, backend, cfg, devices):
+        if cfg.sync_bn:
+            raise NotApplicable("sharded mode normalises each shard of the batch with its own "
+                                "statistics, as scratch mode; synchronised BatchNorm is a "
+                                "native-mode option")
+        if cfg.execution in backend.whole_step_executions:
+            raise NotApplicable(f"sharded mode runs its all-gather and reduce-scatter from "
+                                f"Python between the shards' steps; {backend.name}'s "
+                                f"{cfg.execution!r} execution traces a whole step: use eager")
+
+    def trainer(self, backend, cfg, devices, rank=0, world=1):
+        model = models.get(cfg.model)
+        return ShardedTrainer(backend, cfg.model, model.init_params(cfg.seed, cfg.init),
+                              model.init_state(), devices, cfg.lr, cfg.execution)
 
 
 class Native(Mode):
@@ -157,6 +178,9 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Scratch("scratch", "the chapter's data parallelism written by hand: get_params, "
                        "split_batch, allreduce, train_batch"),
     Native("native", "the framework's own data parallelism"),
+    Sharded("sharded", "sharded data parallelism (ZeRO-3, FSDP) written by hand: each device "
+                       "keeps 1/k of every parameter; all-gather, forward and backward per "
+                       "shard of the batch, reduce-scatter of the gradients", default=False),
     DataParallel("dataparallel", "torch.nn.DataParallel, the chapter's concise PyTorch: one "
                                  "process replicating the module onto every GPU each step",
                  default=False),

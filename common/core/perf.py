@@ -47,13 +47,15 @@ def ring_bytes(p: float, n: int) -> float:
     return 2 * (n - 1) / n * p
 
 
-def sharded_bytes(p: float, n: int) -> float:
+def sharded_bytes(p: float, n: int, regather: bool = True) -> float:
     """Bytes each of n devices sends a step in sharded data parallelism (ZeRO-3, PyTorch
     FSDP: Rajbhandari et al. 2020) over p bytes of parameters: an all-gather of the
-    parameters before the forward pass, another before the backward pass, and a
-    reduce-scatter of the gradients, each (n-1)/n x p: 3(n-1)/n x p, 1.5 times
-    ring_bytes' 2(n-1)/n x p (issue 52; a calculation)."""
-    return 3 * (n - 1) / n * p
+    parameters before the forward pass, another before the backward pass (regather: the
+    gathered parameters freed after the forward pass, FSDP2's reshard_after_forward=True),
+    and a reduce-scatter of the gradients, each (n-1)/n x p: 3(n-1)/n x p, 1.5 times
+    ring_bytes' 2(n-1)/n x p; gathered once and kept through the backward pass
+    (common/core/sharded.py), 2(n-1)/n x p (issue 52; a calculation)."""
+    return (3 if regather else 2) * (n - 1) / n * p
 
 
 def tensor_parallel_bytes(activation_bytes: float, blocks: int, n: int) -> float:

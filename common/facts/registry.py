@@ -45,7 +45,8 @@ _KERAS_JAX_BN = ("keras.distribution.DataParallel on JAX runs one program over t
 def _keras_lacks(name: str, **own: str) -> dict[str, str]:
     """What every Keras row lacks (a scratch loop; nn.DataParallel is PyTorch's), with the
     row's own gaps."""
-    return {"scratch": _KERAS_SCRATCH, "dataparallel": _NOT_DATAPARALLEL.format(name), **own}
+    return {"scratch": _KERAS_SCRATCH, "sharded": _KERAS_SCRATCH,
+            "dataparallel": _NOT_DATAPARALLEL.format(name), **own}
 
 
 def _keras_on_tensorflow_only(backend: str, model: str) -> dict[str, str]:
@@ -133,7 +134,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "graph": "tf.function: traced once into a TensorFlow graph (grappler, no XLA)",
                "compiled": "XLA: each device's forward and backward in a "
                            "tf.function(jit_compile=True), the rest in a tf.function"},
-              {"*": "graph", "model": "eager"}, "tf-config",
+              {"*": "graph", "model": "eager", "sharded": "eager"}, "tf-config",
               {"dataparallel": _NOT_DATAPARALLEL.format("tensorflow")}),
     Framework("mxnet", "frameworks.mxnet", ("mxnet",), ("mxnet",), "mxnet",
               "gluon.Trainer over a context list, gradients reduced by a KVStore", False,

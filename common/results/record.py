@@ -42,6 +42,9 @@ RECORD_KEYS = (
     "bytes_between_stages", "bubble", "bubble_gpipe",
     "stage_peak_micro_batches", "stage_peak_micro_batches_predicted", "stage_activation_bytes",
     "stage_activation_bytes_predicted", "activation_bytes_source", "pipeline_spans",
+    # sharded mode (common/core/sharded.py): each device's bytes of the parameters kept
+    # between steps, the parameters' bytes, each device's bytes sent a step
+    "shard_bytes", "param_bytes", "sent_bytes_per_step",
     # several machines (common.launch.nodes): node count, this machine's node, the network
     # the nodes ran on (common.launch.networks; records written before it named it
     # "launcher": read it with networks.of), how the framework's engine started on them

@@ -5,12 +5,13 @@ and gradients come from jax.value_and_grad, op by op (eager) or under jax.jit
 (compiled: XLA compiles the shard's forward and backward for its device).
 common/core/scratch.py's train_batch strings the primitives together."""
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from common.core.contract import Replica
 from common.facts.data import shard_bounds
 
-from .devices import Slot, jax_device
+from .devices import Slot, jax_device, value
 from .models import sgd_update, training_step_fn
 
 
@@ -89,3 +90,13 @@ class Scratch:
     def add(self, values, device):
         d = jax_device(device)
         return sum(jax.device_put(v, d) for v in values)
+
+    # sharded mode's primitives (common/core/sharded.py: all_gather, reduce_scatter)
+    def rows(self, x, lo, hi):
+        return value(x)[lo:hi]
+
+    def concat(self, parts, device):
+        return jax.device_put(jnp.concatenate(parts), jax_device(device))
+
+    def assign(self, x, v):
+        x.value = jax.device_put(v, next(iter(x.value.devices())))

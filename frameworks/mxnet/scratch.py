@@ -96,3 +96,13 @@ class Scratch:
     def add(self, values, device):
         ctx = context(device)
         return nd.add_n(*[v.as_in_context(ctx) for v in values])
+
+    # sharded mode's primitives (common/core/sharded.py: all_gather, reduce_scatter)
+    def rows(self, x, lo, hi):
+        return x[lo:hi].copy()
+
+    def concat(self, parts, device):
+        return nd.concat(*parts, dim=0)
+
+    def assign(self, x, value):
+        x[:] = value               # backward overwrites the gradients: nothing to clear

@@ -64,3 +64,18 @@ class Scratch:
 
     def add(self, values, device):
         return paddle.add_n([self.to_device(v, device) for v in values])
+
+    # sharded mode's primitives (common/core/sharded.py: all_gather, reduce_scatter)
+    def rows(self, x, lo, hi):
+        return x.detach()[lo:hi].clone()
+
+    def concat(self, parts, device):
+        return paddle.concat(parts, axis=0)
+
+    def assign(self, x, value):
+        with paddle.no_grad():
+            paddle.assign(value, output=x)
+
+    def clear_grads(self, replica):
+        for p in replica:
+            p.clear_gradient(set_to_zero=False)      # backward adds into a gradient that is there

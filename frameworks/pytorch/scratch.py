@@ -73,3 +73,18 @@ class Scratch:
     def add(self, values, device):
         d = torch_device(device)
         return sum(v.to(d) for v in values)
+
+    # sharded mode's primitives (common/core/sharded.py: all_gather, reduce_scatter)
+    def rows(self, x, lo, hi):
+        return x.detach()[lo:hi].clone()
+
+    def concat(self, parts, device):
+        return torch.cat(parts)
+
+    def assign(self, x, value):
+        with torch.no_grad():
+            x.copy_(value)
+
+    def clear_grads(self, replica):
+        for p in replica:
+            p.grad = None          # backward adds into a gradient that is there

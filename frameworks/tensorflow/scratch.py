@@ -83,6 +83,18 @@ class Scratch:
         with tf.device(tf_device(device)):
             return tf.add_n(values)
 
+    # sharded mode's primitives (common/core/sharded.py: all_gather, reduce_scatter)
+    def rows(self, x, lo, hi):
+        with tf.device(x.device):
+            return tf.identity(x[lo:hi])
+
+    def concat(self, parts, device):
+        with tf.device(tf_device(device)):
+            return tf.concat(parts, 0)
+
+    def assign(self, x, value):
+        x.assign(value)            # the gradient buffers are assigned too: nothing to clear
+
     whole_step_executions = ("graph", "compiled")       # tf.function below
 
     def wrap_train_batch(self, step, devices, execution):

@@ -326,6 +326,44 @@ def scratch_two_devices_match_oracle(b, name):
                    b.read_params(rep2[0]), want_params, params, tol)
 
 
+@check(needs="sharded")
+def sharded_two_devices_match_oracle(b, name):
+    """Sharded data parallelism by hand (common/core/sharded.py) on 2 devices: its steps
+    equal the oracle run per shard with the gradients summed (what scratch mode's steps
+    are held to), its evaluation is the oracle's; between steps each device keeps only its
+    rows of every parameter: by shape shard_bounds' rows of the first axis, by content
+    those rows of the whole parameters, the two shards the whole model; and the bytes a
+    step sends are 2(k-1)/k of the parameters' (perf.sharded_bytes, gathered once)."""
+    from common.core import perf
+    from common.core.sharded import ShardedTrainer
+    from common.facts.data import shard_bounds
+    model, tol = models.get(name), TOLERANCES[name]
+    params, n = _nontrivial_params(model), ORACLE_BATCH[name]
+    trainer = ShardedTrainer(b, name, params, model.init_state(), b.devices(2), CHECK_LR,
+                             registry.default_execution(b.name, "sharded"))
+    batches = [_batch(n, seed=s) for s in range(CHECK_STEPS[name])]
+    want_losses, want_params, want_state = _oracle_steps(name, 2, _unbiased(b, name))
+    handles = [trainer.step(X, y) for X, y in batches]
+    _close("sharded step losses vs the per-shard oracle", trainer.losses(handles), want_losses,
+           tol["step_loss"])
+    _updates_close(model, f"sharded, after {len(batches)} steps vs the per-shard oracle",
+                   trainer.replica_params()[0], want_params, params, tol)
+    for sname, st, w in zip(model.STATE_NAMES, trainer.replica_state()[0], want_state):
+        _close(f"sharded {sname} after {len(batches)} steps vs the oracle", st, w, tol["state"])
+    shards, whole = trainer.shard_arrays(), trainer._gathered()
+    for p, full in enumerate(whole):
+        for i, (lo, hi) in enumerate(shard_bounds(full.shape[0], 2)):
+            assert shards[i][p].shape == (hi - lo, *full.shape[1:]), (
+                f"device {i} keeps {shards[i][p].shape} of {model.PARAM_NAMES[p]} "
+                f"{full.shape}, not its rows {lo}:{hi}")
+            np.testing.assert_array_equal(shards[i][p], full[lo:hi])
+    fig = trainer.figures()
+    assert sum(fig["shard_bytes"]) == fig["param_bytes"] == 4 * sum(
+        int(np.prod(s)) for s in model.PARAM_SHAPES), "the shards are not the whole model"
+    assert fig["sent_bytes_per_step"] == [perf.sharded_bytes(fig["param_bytes"], 2, regather=False)] * 2
+    _evaluation_matches_oracle(trainer, model, tol, "sharded")
+
+
 @check()
 def native_trainer_matches_oracle(b, name):
     """The native trainer in this process (2 devices where the framework runs them in
