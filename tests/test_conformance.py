@@ -524,3 +524,33 @@ def test_sharded_check_fails_without_either_collective(framework):
     for plant in ("no reduce-scatter", "no all-gather"):
         assert re.match(r"failed: AssertionError: sharded step losses vs the per-shard oracle",
                         results[plant]), (plant, results[plant])
+
+
+# The framework's own sharded data parallelism (fsdp mode) with its parameters left whole on
+# every device (JAX's mesh trainer placing them replicated): the same numbers, so only the
+# shards' shapes can show it.
+PLANTED_FSDP_RUN = """
+import json
+from frameworks.jax import native
+from common.facts import registry
+from tests.helpers.conformance import run_checks
+b = registry.get("jax", profiled=False)
+b.setup(cpu_devices=2, threads=1)
+results = {"none": run_checks(b, ["lenet"], only={"fsdp_two_devices_match_oracle"})}
+native.MeshTrainer._param_sharding = lambda self, shape: self.replicated
+results["replicated"] = run_checks(b, ["lenet"], only={"fsdp_two_devices_match_oracle"})
+print(json.dumps({k: v["fsdp_two_devices_match_oracle[lenet]"]["status"] + ": " +
+                  v["fsdp_two_devices_match_oracle[lenet]"]["detail"][:300] for k, v in results.items()}))
+"""
+
+
+@pytest.mark.skipif("jax" not in covered(), reason="needs jax")
+def test_fsdp_check_fails_with_the_parameters_whole_on_every_device():
+    """fsdp_two_devices_match_oracle holds on JAX's sharded parameters and fails when each
+    device holds them whole, although every number is the same."""
+    proc = run_python(["-c", PLANTED_FSDP_RUN], framework="jax")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert results["none"] == "passed: ", results["none"]
+    assert re.match(r"failed: AssertionError: device 0 holds \([\d, ]+\) of W1 ",
+                    results["replicated"]), results["replicated"]

@@ -494,6 +494,19 @@ class Backend(ABC):
     # Why the framework's synchronised BatchNorm needs GPUs, where it does
     sync_bn_needs_gpu: str | None = None
 
+
+    # --- fsdp mode: the framework's own sharded data parallelism ---
+    def fsdp_trainer(self, model: str, params: Sequence[np.ndarray], devices: Sequence[str],
+                     lr: float, execution: str) -> Trainer:
+        """The framework's own sharded data-parallel trainer over `devices`, in this
+        process: each device holding its part of the parameters between steps."""
+        self.check_execution(execution)
+        return self.build_fsdp_trainer(model, params, devices, lr, execution)
+
+    def build_fsdp_trainer(self, model: str, params: Sequence[np.ndarray],
+                           devices: Sequence[str], lr: float, execution: str) -> Trainer:
+        raise NotApplicable(registry.gap(self.name, "fsdp")
+                            or f"{self.name} has no sharded data parallelism here")
     def check_sync_bn(self, devices: Sequence[str]) -> None:
         """Raise NotApplicable (or NeedsGPU) where synchronised BatchNorm cannot run on
         `devices`; called before any process starts."""

@@ -123,6 +123,19 @@ class Native(Mode):
                                       sync_bn=cfg.sync_bn and cfg.devices > 1)
 
 
+class Fsdp(Mode):
+    """Each framework's own sharded data parallelism (ZeRO-3, FSDP), in one process."""
+
+    def precheck(self, backend, cfg, devices):
+        if cfg.sync_bn:
+            raise NotApplicable("fsdp mode keeps each device's BatchNorm statistics; "
+                                "synchronised BatchNorm is a native-mode option")
+
+    def trainer(self, backend, cfg, devices, rank=0, world=1):
+        return backend.fsdp_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed, cfg.init),
+                                    devices, cfg.lr, cfg.execution)
+
+
 class DataParallel(Mode):
     def trainer(self, backend, cfg, devices, rank=0, world=1):
         return backend.dataparallel_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed, cfg.init),
@@ -181,6 +194,8 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Sharded("sharded", "sharded data parallelism (ZeRO-3, FSDP) written by hand: each device "
                        "keeps 1/k of every parameter; all-gather, forward and backward per "
                        "shard of the batch, reduce-scatter of the gradients", default=False),
+    Fsdp("fsdp", "the framework's own sharded data parallelism: JAX's parameters sharded "
+                 "over the mesh's data axis (XLA gathers them for the step)", default=False),
     DataParallel("dataparallel", "torch.nn.DataParallel, the chapter's concise PyTorch: one "
                                  "process replicating the module onto every GPU each step",
                  default=False),

@@ -36,7 +36,7 @@ class MeshTrainer(Trainer):
     numbers_show_placement = False
 
     def __init__(self, backend, model, params, devices, lr, execution, rank=0, world=1,
-                 sync_bn=False):
+                 sync_bn=False, shard_params=False):
         self.backend, self.ops = backend, backend.model_ops(model)
         self.rank, self.world, self.compiled = rank, world, execution == "compiled"
         self._inputs = None
@@ -46,23 +46,46 @@ class MeshTrainer(Trainer):
         self.replicated = NamedSharding(self.mesh, P())
         self.sharded = NamedSharding(self.mesh, P("data"))
         self.groups = 1 if sync_bn else self.mesh.size
-        self.params = self._replicate(self.ops.to_framework(params))
+        # fsdp: each parameter whose first axis the devices divide sharded along it, as the
+        # batch is (the rest replicated); XLA gathers them for the step and keeps the
+        # updated ones sharded (the step's sharding constraint)
+        self.shard_params = shard_params
+        self.param_shardings = [self._param_sharding(np.shape(a))
+                                for a in self.ops.to_framework(params)]
+        self.params = self._place(self.ops.to_framework(params))
         self.state = self._per_replica(models.get(model).init_state())
         self.first = local_devices(mesh_devices[0].platform)[0] if world > 1 else mesh_devices[0]
         grad_fn = training_step_fn(self.ops.grouped(self.groups))
 
         def step(params, state, X, y):
             (loss, (_, state)), grads = grad_fn(params, state, X, y)
-            return sgd_update(params, grads, lr / X.shape[0]), state, loss / X.shape[0]
+            params = sgd_update(params, grads, lr / X.shape[0])
+            if shard_params:
+                params = [jax.lax.with_sharding_constraint(p, s)
+                          for p, s in zip(params, self.param_shardings)]
+            return params, state, loss / X.shape[0]
         # compiled: one XLA program per step, the old parameters' buffers reused
         # (donated); eager: the same calls op by op on the sharded arrays
         self._step = jax.jit(step, donate_argnums=(0, 1)) if execution == "compiled" else step
         self._logits = jax.jit(lambda p, s, X: self.ops.apply(p, list(s), X, False))
 
-    def _replicate(self, arrays):
-        return [jax.make_array_from_callback(np.shape(a), self.replicated,
+    def _replicate(self, arrays, shardings=None):
+        return [jax.make_array_from_callback(np.shape(a), s or self.replicated,
                                              lambda idx, a=np.asarray(a): a[idx])
-                for a in arrays]
+                for a, s in zip(arrays, shardings or [None] * len(arrays))]
+
+    def _param_sharding(self, shape):
+        sharded = self.shard_params and len(shape) and shape[0] % self.mesh.size == 0
+        return self.sharded if sharded else self.replicated
+
+    def _place(self, params):
+        return self._replicate(params, self.param_shardings)
+
+    def shard_arrays(self) -> list[list[np.ndarray]]:
+        """What each of this process's devices holds of every parameter (fsdp: its rows of
+        the sharded ones, a whole copy of the replicated ones), in the mesh's order."""
+        per = [{s.device: np.asarray(s.data) for s in p.addressable_shards} for p in self.params]
+        return [[p[d] for p in per] for d in self.mesh.devices.flat if d in per[0]]
 
     def _per_replica(self, state):
         """BatchNorm's running statistics: one row per device, each on its device (one
@@ -109,8 +132,10 @@ class MeshTrainer(Trainer):
         return np.array([float(h.addressable_data(0)) for h in handles])
 
     def logits(self, X):
-        # the first device's replica, as every framework evaluates
-        params = [self._local(p) for p in self.params]
+        # the first device's replica, as every framework evaluates (fsdp: the parameters
+        # gathered onto it)
+        params = [jax.device_put(p, self.first) if self.shard_params else self._local(p)
+                  for p in self.params]
         state = [self._local(s) for s in self.state]
         if self.groups > 1:
             state = [s[0] for s in state]          # the first device's own statistics
@@ -128,6 +153,8 @@ class MeshTrainer(Trainer):
         return [[p[d] for p in per] for d in self.mesh.devices.flat if d in per[0]]
 
     def replica_params(self):
+        if self.shard_params:        # one model, its rows over the devices: gathered
+            return [self.ops.from_framework([np.asarray(p) for p in self.params])]
         return [self.ops.from_framework(r) for r in self._per_device(self.params)]
 
     def replica_state(self):
@@ -136,13 +163,16 @@ class MeshTrainer(Trainer):
         return self._per_device(self.state, rows=self.groups > 1)
 
     def load_params(self, params, state):
-        self.params = self._replicate(self.ops.to_framework(params))
+        self.params = self._place(self.ops.to_framework(params))
         self.state = self._per_replica(state)
 
 
 class Native:
     def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
         return MeshTrainer(self, model, params, devices, lr, execution, rank, world, sync_bn)
+
+    def build_fsdp_trainer(self, model, params, devices, lr, execution):
+        return MeshTrainer(self, model, params, devices, lr, execution, shard_params=True)
 
     # --- several machines: one process per node, jax.distributed (JAX has no launcher;
     # common.launch.nodes starts the processes with the master as coordinator, or under

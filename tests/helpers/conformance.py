@@ -326,6 +326,24 @@ def scratch_two_devices_match_oracle(b, name):
                    b.read_params(rep2[0]), want_params, params, tol)
 
 
+def _one_model_steps_match_oracle(b, trainer, model, params, what):
+    """The CHECK_STEPS steps of a trainer that holds one model over 2 devices (sharded,
+    fsdp) against the oracle run per shard: losses, parameters, the first device's
+    running statistics. Returns the parameters after them (common layout)."""
+    name, tol = model.NAME, TOLERANCES[model.NAME]
+    batches = [_batch(ORACLE_BATCH[name], seed=s) for s in range(CHECK_STEPS[name])]
+    want_losses, want_params, want_state = _oracle_steps(name, 2, _unbiased(b, name))
+    handles = [trainer.step(X, y) for X, y in batches]
+    _close(f"{what} step losses vs the per-shard oracle", trainer.losses(handles), want_losses,
+           tol["step_loss"])
+    (got,) = trainer.replica_params()
+    _updates_close(model, f"{what}, after {len(batches)} steps vs the per-shard oracle", got,
+                   want_params, params, tol)
+    for sname, st, w in zip(model.STATE_NAMES, trainer.replica_state()[0], want_state):
+        _close(f"{what} {sname} after {len(batches)} steps vs the oracle", st, w, tol["state"])
+    return got
+
+
 @check(needs="sharded")
 def sharded_two_devices_match_oracle(b, name):
     """Sharded data parallelism by hand (common/core/sharded.py) on 2 devices: its steps
@@ -338,18 +356,10 @@ def sharded_two_devices_match_oracle(b, name):
     from common.core.sharded import ShardedTrainer
     from common.facts.data import shard_bounds
     model, tol = models.get(name), TOLERANCES[name]
-    params, n = _nontrivial_params(model), ORACLE_BATCH[name]
+    params = _nontrivial_params(model)
     trainer = ShardedTrainer(b, name, params, model.init_state(), b.devices(2), CHECK_LR,
                              registry.default_execution(b.name, "sharded"))
-    batches = [_batch(n, seed=s) for s in range(CHECK_STEPS[name])]
-    want_losses, want_params, want_state = _oracle_steps(name, 2, _unbiased(b, name))
-    handles = [trainer.step(X, y) for X, y in batches]
-    _close("sharded step losses vs the per-shard oracle", trainer.losses(handles), want_losses,
-           tol["step_loss"])
-    _updates_close(model, f"sharded, after {len(batches)} steps vs the per-shard oracle",
-                   trainer.replica_params()[0], want_params, params, tol)
-    for sname, st, w in zip(model.STATE_NAMES, trainer.replica_state()[0], want_state):
-        _close(f"sharded {sname} after {len(batches)} steps vs the oracle", st, w, tol["state"])
+    _one_model_steps_match_oracle(b, trainer, model, params, "sharded")
     shards, whole = trainer.shard_arrays(), trainer._gathered()
     for p, full in enumerate(whole):
         for i, (lo, hi) in enumerate(shard_bounds(full.shape[0], 2)):
@@ -362,6 +372,35 @@ def sharded_two_devices_match_oracle(b, name):
         int(np.prod(s)) for s in model.PARAM_SHAPES), "the shards are not the whole model"
     assert fig["sent_bytes_per_step"] == [perf.sharded_bytes(fig["param_bytes"], 2, regather=False)] * 2
     _evaluation_matches_oracle(trainer, model, tol, "sharded")
+
+
+@check(needs="fsdp")
+def fsdp_two_devices_match_oracle(b, name):
+    """The framework's own sharded data parallelism (fsdp mode) on 2 devices: its steps
+    equal the oracle run per shard, its evaluation the oracle's, the batch split over the
+    devices; between steps each device holds its rows of every parameter whose first
+    axis 2 divides (the rest whole), by shape and by content, and those are at least
+    four fifths of the model's bytes."""
+    from common.facts.data import shard_bounds
+    model, tol = models.get(name), TOLERANCES[name]
+    params = _nontrivial_params(model)
+    trainer = b.fsdp_trainer(name, params, b.devices(2), CHECK_LR,
+                             registry.default_execution(b.name, "fsdp"))
+    got = _one_model_steps_match_oracle(b, trainer, model, params, "fsdp")
+    _placement_matches(trainer, model, 2, ORACLE_BATCH[name], "fsdp")
+    whole = [np.asarray(w) for w in b.model_ops(name).to_framework(got)]
+    held, sharded = trainer.shard_arrays(), 0
+    for p, full in enumerate(whole):
+        rows = shard_bounds(full.shape[0], 2) if full.shape[0] % 2 == 0 else [(0, full.shape[0])] * 2
+        sharded += full.nbytes if full.shape[0] % 2 == 0 else 0
+        for i, (lo, hi) in enumerate(rows):
+            assert held[i][p].shape == full[lo:hi].shape, (
+                f"device {i} holds {held[i][p].shape} of {model.PARAM_NAMES[p]} {full.shape}, "
+                f"not rows {lo}:{hi}")
+            np.testing.assert_array_equal(held[i][p], full[lo:hi])
+    total = sum(w.nbytes for w in whole)
+    assert sharded >= 0.8 * total, f"only {sharded / total:.0%} of the parameters' bytes are sharded"
+    _evaluation_matches_oracle(trainer, model, tol, "fsdp")
 
 
 @check()
