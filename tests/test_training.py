@@ -656,3 +656,46 @@ def test_model_mode_check_fails_with_one_micro_batch_gradient(worker_record, fra
     assert planted["processes"] == 1
     with pytest.raises(AssertionError, match="parameters differ"):
         _same_params(planted["param_fingerprint"], one["param_fingerprint"], "planted")
+
+
+# The frameworks whose own sharded data parallelism runs a process per device (PyTorch's
+# FSDP2): held here, through the worker, as native mode's processes are; JAX's, in one
+# process, in tests/helpers/conformance.py
+FSDP_PROCESSES = [f for f in covered() if registry.facts(f).native_processes
+                  and (f, "fsdp") not in registry.KNOWN_GAPS]
+
+
+def _fsdp_holds(worker_record, framework, record) -> None:
+    one = _ok(worker_record(framework, "native", 1, "lenet", **GLOROT))
+    assert record["processes"] == 2, record["processes"]
+    _agree(record["step_losses"], one["step_losses"], "lenet", "(fsdp x2 vs native x1)",
+           GLOROT_LOSS_ATOL)
+    _same_params(record["param_fingerprint"], one["param_fingerprint"], "fsdp x2 vs native x1")
+    _same_update(record, _glorot_oracle("lenet"), "lenet", "fsdp x2 vs the oracle")
+    held, whole = record["shard_bytes"], record["param_bytes"]
+    assert len(held) == 2 and max(held) <= 0.55 * whole, (
+        f"the ranks hold {held} bytes of the parameters' {whole}, not about half each")
+
+
+@pytest.mark.parametrize("framework", FSDP_PROCESSES)
+def test_fsdp_with_a_process_per_device_is_one_device(worker_record, framework):
+    """The framework's own sharded data parallelism, a process per device, on LeNet from
+    Glorot weights (2 devices on a batch are 1 device on it): step losses, parameters and
+    the update as native x1's and the oracle's, and each rank holding about half of the
+    parameters' bytes between steps."""
+    _fsdp_holds(worker_record, framework, _ok(worker_record(framework, "fsdp", 2, "lenet", **GLOROT)))
+
+
+# Planted: DDP's replicas in place of FSDP2's shards: the same numbers, every parameter whole
+# on both ranks
+FSDP_AS_DDP = """
+from frameworks.pytorch import native
+native.FSDPTrainer._distribute = native.DDPTrainer._distribute
+"""
+
+
+@pytest.mark.skipif("pytorch" not in FSDP_PROCESSES, reason="needs pytorch")
+def test_fsdp_check_fails_with_the_parameters_whole_on_every_rank(worker_record, tmp_path):
+    record = _ok(planted_run(tmp_path, FSDP_AS_DDP, _lenet_glorot_config("pytorch", "fsdp", 2)))
+    with pytest.raises(AssertionError, match="not about half each"):
+        _fsdp_holds(worker_record, "pytorch", record)

@@ -497,14 +497,16 @@ class Backend(ABC):
 
     # --- fsdp mode: the framework's own sharded data parallelism ---
     def fsdp_trainer(self, model: str, params: Sequence[np.ndarray], devices: Sequence[str],
-                     lr: float, execution: str) -> Trainer:
-        """The framework's own sharded data-parallel trainer over `devices`, in this
-        process: each device holding its part of the parameters between steps."""
+                     lr: float, execution: str, rank: int = 0, world: int = 1) -> Trainer:
+        """The framework's own sharded data-parallel trainer over `devices` (in a
+        multi-process run, rank `rank` of `world` on devices[0]): each device holding its
+        part of the parameters between steps."""
         self.check_execution(execution)
-        return self.build_fsdp_trainer(model, params, devices, lr, execution)
+        return self.build_fsdp_trainer(model, params, devices, lr, execution, rank, world)
 
     def build_fsdp_trainer(self, model: str, params: Sequence[np.ndarray],
-                           devices: Sequence[str], lr: float, execution: str) -> Trainer:
+                           devices: Sequence[str], lr: float, execution: str, rank: int,
+                           world: int) -> Trainer:
         raise NotApplicable(registry.gap(self.name, "fsdp")
                             or f"{self.name} has no sharded data parallelism here")
     def check_sync_bn(self, devices: Sequence[str]) -> None:

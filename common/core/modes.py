@@ -124,7 +124,13 @@ class Native(Mode):
 
 
 class Fsdp(Mode):
-    """Each framework's own sharded data parallelism (ZeRO-3, FSDP), in one process."""
+    """Each framework's own sharded data parallelism (ZeRO-3, FSDP): in one process, or one
+    per device where the framework's native mode runs so (PyTorch's FSDP2)."""
+    # the ranks gather the parameters together, in evaluation too
+    every_rank_predicts = True
+
+    def processes(self, framework, devices):
+        return devices if registry.facts(framework).native_processes else 1
 
     def precheck(self, backend, cfg, devices):
         if cfg.sync_bn:
@@ -133,7 +139,7 @@ class Fsdp(Mode):
 
     def trainer(self, backend, cfg, devices, rank=0, world=1):
         return backend.fsdp_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed, cfg.init),
-                                    devices, cfg.lr, cfg.execution)
+                                    devices, cfg.lr, cfg.execution, rank, world)
 
 
 class DataParallel(Mode):
@@ -194,8 +200,8 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Sharded("sharded", "sharded data parallelism (ZeRO-3, FSDP) written by hand: each device "
                        "keeps 1/k of every parameter; all-gather, forward and backward per "
                        "shard of the batch, reduce-scatter of the gradients", default=False),
-    Fsdp("fsdp", "the framework's own sharded data parallelism: JAX's parameters sharded "
-                 "over the mesh's data axis (XLA gathers them for the step)", default=False),
+    Fsdp("fsdp", "the framework's own sharded data parallelism: PyTorch's FSDP2 (a process "
+                 "per device), JAX's parameters sharded over the mesh's data axis", default=False),
     DataParallel("dataparallel", "torch.nn.DataParallel, the chapter's concise PyTorch: one "
                                  "process replicating the module onto every GPU each step",
                  default=False),

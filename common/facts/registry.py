@@ -132,9 +132,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                            "Triton on GPUs)"},
               {"*": "eager"}, "torchrun",
               {"graph": "PyTorch's graph capture is its compiler (--execution compiled: "
-                        "torch.compile); TorchScript, the older graph mode, is deprecated",
-               "fsdp": _FSDP_NOT_WRITTEN.format("FSDP2 (torch.distributed.fsdp.fully_shard) "
-                                                "over gloo, a process per device as native mode")}),
+                        "torch.compile); TorchScript, the older graph mode, is deprecated"}),
     Framework("tensorflow", "frameworks.tensorflow", ("tensorflow",), ("tensorflow",), "tensorflow",
               "tf.distribute.MirroredStrategy, custom loop with strategy.run and "
               "strategy.reduce in a tf.function", False,

@@ -171,8 +171,9 @@ class Native:
     def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
         return MeshTrainer(self, model, params, devices, lr, execution, rank, world, sync_bn)
 
-    def build_fsdp_trainer(self, model, params, devices, lr, execution):
-        return MeshTrainer(self, model, params, devices, lr, execution, shard_params=True)
+    def build_fsdp_trainer(self, model, params, devices, lr, execution, rank, world):
+        return MeshTrainer(self, model, params, devices, lr, execution, rank, world,
+                           shard_params=True)
 
     # --- several machines: one process per node, jax.distributed (JAX has no launcher;
     # common.launch.nodes starts the processes with the master as coordinator, or under

@@ -60,14 +60,7 @@ class DDPTrainer(ModuleTrainer):
                  comm_hook=None):
         self.device, self.rank, self.world = torch_device(device), rank, world
         self.module = module.to(self.device)
-        self.model = self.module
-        if world > 1:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.model = DistributedDataParallel(self.module, device_ids=ids,
-                                                 **({"bucket_cap_mb": bucket_cap_mb}
-                                                    if bucket_cap_mb else {}))
-            if comm_hook:
-                self.model.register_comm_hook(None, COMM_HOOKS[comm_hook])
+        self.model = self._distribute(bucket_cap_mb, comm_hook) if world > 1 else self.module
         if execution == "compiled":
             # training steps through the compiled model (under DDP, its DDPOptimizer
             # splits the graph at the gradient buckets so that all-reduces overlap);
@@ -75,6 +68,14 @@ class DDPTrainer(ModuleTrainer):
             self.model = torch.compile(self.model)
         self.opt = torch.optim.SGD(self.module.parameters(), lr=lr)
         self.batch = None
+
+    def _distribute(self, bucket_cap_mb, comm_hook):
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        model = DistributedDataParallel(self.module, device_ids=ids,
+                                        **({"bucket_cap_mb": bucket_cap_mb} if bucket_cap_mb else {}))
+        if comm_hook:
+            model.register_comm_hook(None, COMM_HOOKS[comm_hook])
+        return model
 
     def step(self, X, y):
         self.batch = len(X)
@@ -103,6 +104,68 @@ class DDPTrainer(ModuleTrainer):
             # which NumPy has no dtype for
             return self.module(torch.from_numpy(X).to(self.device)).float().cpu().numpy()
 
+
+
+class FSDPTrainer(DDPTrainer):
+    """FSDP2 (torch.distributed.fsdp.fully_shard) over the ranks, one process per device:
+    each block of a layered model (its `blocks`) a unit of its own, the root the rest.
+    Between steps every rank holds its rows (dim 0) of each parameter as a DTensor; the
+    forward pass all-gathers a unit's parameters and frees them after it, the backward
+    gathers them again and reduce-scatters (averages) the gradients: ZeRO-3. The step,
+    its loss scaling and the losses are DDP's (DDPTrainer). `fresh` builds the plain
+    module, through which the whole parameters are read and written (full state dicts)."""
+
+    def __init__(self, module, fresh, device, lr, rank, world):
+        self.fresh = fresh
+        super().__init__(module, device, lr, rank, world)
+
+    def _distribute(self, bucket_cap_mb, comm_hook):
+        from torch.distributed.fsdp import fully_shard
+        with torch.no_grad():      # FSDP2 shards contiguous parameters only (not channels-last)
+            for p in self.module.parameters():
+                p.data = p.data.contiguous()
+        for block in getattr(self.module, "blocks", []):
+            fully_shard(block)
+        return fully_shard(self.module)
+
+    def _whole(self):
+        """The plain module holding every rank's parameters gathered (every rank calls it)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        whole = self.fresh()
+        full = get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True))
+        whole.load_state_dict({k: v.cpu() for k, v in full.items()})
+        return whole
+
+    def replica_params(self):
+        return [self._whole().read()[0]]
+
+    def replica_state(self):
+        return [self._whole().read()[1]]
+
+    def load_params(self, params, state):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+        whole = self.fresh()
+        whole.load(params, state)
+        set_model_state_dict(self.module, whole.state_dict(),
+                             options=StateDictOptions(full_state_dict=True))
+
+    def _sharded(self) -> list:
+        """The parameters as FSDP2 keeps them between steps (an evaluation's forward pass
+        may leave the root's gathered): this rank's shards, DTensors."""
+        from torch.distributed.fsdp import FSDPModule
+        for m in self.module.modules():
+            if isinstance(m, FSDPModule):
+                m.reshard()
+        return list(self.module.parameters())
+
+    def figures(self):
+        # a parameter FSDP left whole (none should be) counts whole
+        held = sum(getattr(p, "to_local", lambda p=p: p)().numel() * p.element_size()
+                   for p in self._sharded())
+        every = [None] * self.world
+        dist.all_gather_object(every, held)
+        return {"shard_bytes": every,
+                "param_bytes": sum(p.numel() * p.element_size() for p in self.module.parameters())}
 
 
 class DataParallelTrainer(DDPTrainer):
@@ -156,6 +219,16 @@ class Native:
             # BatchNorm2d -> SyncBatchNorm: batch statistics all-reduced over the ranks
             module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
         return DDPTrainer(module, devices[0], lr, rank, world, execution, **self.comm)
+
+    def build_fsdp_trainer(self, model, params, devices, lr, execution, rank, world):
+        if execution != "eager":
+            raise NotApplicable("the suite's FSDP2 trainer runs eagerly; torch.compile over "
+                                "fully_shard is not tried here")
+        if world < 2:
+            raise NotApplicable("FSDP2 shards over a process group: run 2 or more devices "
+                                "(a process each)")
+        return FSDPTrainer(self._module(model, params), lambda: self._module(model, params),
+                           devices[0], lr, rank, world)
 
     def _module(self, model, params):
         """A model's layered nn.Module where models.py writes one (LAYERED: the chapter's
