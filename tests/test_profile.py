@@ -1010,3 +1010,25 @@ def test_the_steps_roofline_is_every_class_at_its_bound(model, batch, conv_parte
     assert abs(float(step[1]) * 1e6 / flops - 1) < 0.02, (step[1], flops)
     assert float(step[5]) == pytest.approx(bound, abs=0.01)
     assert step[6].startswith("3.0x")
+
+
+COLLECTIVE_HLO = """HloModule m
+
+ENTRY %main (p: f32[10,4], q: bf16[3]) -> f32[10,4] {
+  %p = f32[10,4]{1,0} parameter(0)
+  %q = bf16[3]{0} parameter(1)
+  %ag = f32[20,4]{1,0} all-gather(%p), channel_id=1, dimensions={0}
+  %ar = (f32[20,4]{1,0}, bf16[3]{0}) all-reduce(%ag, %q), to_apply=%add
+  ROOT %rs = f32[10,4]{1,0} reduce-scatter(%ag), dimensions={0}
+}
+"""
+
+
+def test_a_programs_collectives_are_counted_by_their_results_bytes():
+    """collective_bytes (fsdp's record figure): an all-gather by its gathered array, a tuple
+    all-reduce by all its arrays in their own types, a reduce-scatter by one device's part;
+    a kind the program lacks is 0."""
+    from common.results import hlo
+    got = hlo.collective_bytes(COLLECTIVE_HLO)
+    assert got == {"all-gather": 320, "reduce-scatter": 160, "all-reduce": 320 + 6,
+                   "all-to-all": 0, "collective-permute": 0}

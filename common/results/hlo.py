@@ -11,6 +11,7 @@ work that XLA:CPU's instructions hand to its thread pool back to them. No framew
 imported here: the text and the trace are the framework's to fetch."""
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict, deque
 
@@ -70,7 +71,7 @@ def _matching(s: str, i: int) -> int:
 def _instruction(rest: str) -> dict:
     """`shape opcode(operands), attributes` -> opcode, operand names, attributes."""
     i = _matching(rest, 0) if rest.startswith("(") else rest.find(" ")   # past the shape
-    rest = rest[i:].lstrip()
+    shape, rest = rest[:i], rest[i:].lstrip()
     paren = rest.find("(")
     opcode = rest[:paren].strip()
     end = _matching(rest, paren)
@@ -81,7 +82,10 @@ def _instruction(rest: str) -> dict:
             "operands": _OPERAND.findall(rest[paren:end]),
             "op_name": op_name.group(1) if op_name else "",
             "frame": int(frame.group(1)) if frame else None,
-            "calls": calls.group(1) if calls else None}
+            "calls": calls.group(1) if calls else None,
+            # the result's bytes (a tuple's summed)
+            "bytes": sum(_ELEMENT_BYTES[t] * math.prod(int(d) for d in dims.split(",") if d)
+                         for t, dims in _ARRAY.findall(shape))}
 
 
 def parse(text: str) -> tuple[dict, dict]:
@@ -176,6 +180,25 @@ def op_names(text: str, backward: str) -> dict[str, str]:
         if src["frame"] in frames:
             text_ += f" @ {frames[src['frame']]}"
         out[name] = text_
+    return out
+
+
+# the bytes of an element of each HLO type a collective may carry
+_ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f16": 2, "bf16": 2, "s16": 2, "u16": 2,
+                  "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8}
+_ARRAY = re.compile(r"\b(" + "|".join(_ELEMENT_BYTES) + r")\[([\d,]*)\]")
+COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+
+
+def collective_bytes(text: str) -> dict[str, int]:
+    """{collective kind: the bytes of its results} over a compiled program's HLO text, the
+    synchronous collectives (XLA:CPU's: an all-gather's gathered arrays, an all-reduce's
+    reduced ones, a reduce-scatter's part on one device), every kind of COLLECTIVES named."""
+    out = dict.fromkeys(COLLECTIVES, 0)
+    for comp in parse(text)[0].values():
+        for _, ins in comp:
+            if ins["opcode"] in out:
+                out[ins["opcode"]] += ins["bytes"]
     return out
 
 

@@ -45,6 +45,9 @@ RECORD_KEYS = (
     # sharded mode (common/core/sharded.py): each device's bytes of the parameters kept
     # between steps, the parameters' bytes, each device's bytes sent a step
     "shard_bytes", "param_bytes", "sent_bytes_per_step",
+    # fsdp mode where one compiled program runs the step (JAX): the bytes its collectives
+    # carry, by kind, read from the program (common/results/hlo.py: collective_bytes)
+    "collective_bytes",
     # several machines (common.launch.nodes): node count, this machine's node, the network
     # the nodes ran on (common.launch.networks; records written before it named it
     # "launcher": read it with networks.of), how the framework's engine started on them

@@ -23,6 +23,7 @@ from common import models
 from common.core.contract import NotApplicable, Trainer
 from common.facts.data import shard_bounds
 from common.launch import slurm
+from common.results import hlo
 
 from .devices import jax_device, local_devices
 from .models import sgd_update, training_step_fn
@@ -126,6 +127,19 @@ class MeshTrainer(Trainer):
                 "processes": len({d.process_index for d in self.mesh.devices.flat}),
                 "rows": [rows[d] for d in self.mesh.devices.flat if d in rows],
                 "flops": flops}
+
+    def figures(self):
+        """fsdp: each device's bytes of the parameters between steps, the parameters' bytes,
+        and the bytes the compiled step's collectives carry, by kind, read from its HLO
+        (jit's cached program): which collectives XLA chose is the compiler's to say."""
+        if not self.shard_params:
+            return {}
+        out = {"shard_bytes": [sum(a.nbytes for a in d) for d in self.shard_arrays()],
+               "param_bytes": sum(int(np.prod(p.shape)) * p.dtype.itemsize for p in self.params)}
+        if self.compiled and self._inputs is not None:
+            text = self._step.lower(self.params, self.state, *self._inputs).compile().as_text()
+            out["collective_bytes"] = hlo.collective_bytes(text)
+        return out
 
     def losses(self, handles):
         # replicated: this process's copy (a multi-process array is not whole here)
