@@ -494,7 +494,6 @@ class Backend(ABC):
     # Why the framework's synchronised BatchNorm needs GPUs, where it does
     sync_bn_needs_gpu: str | None = None
 
-
     # --- fsdp mode: the framework's own sharded data parallelism ---
     def fsdp_trainer(self, model: str, params: Sequence[np.ndarray], devices: Sequence[str],
                      lr: float, execution: str, rank: int = 0, world: int = 1) -> Trainer:
@@ -509,6 +508,7 @@ class Backend(ABC):
                            world: int) -> Trainer:
         raise NotApplicable(registry.gap(self.name, "fsdp")
                             or f"{self.name} has no sharded data parallelism here")
+
     def check_sync_bn(self, devices: Sequence[str]) -> None:
         """Raise NotApplicable (or NeedsGPU) where synchronised BatchNorm cannot run on
         `devices`; called before any process starts."""

@@ -95,8 +95,11 @@ class ShardedTrainer(Trainer):
             r.execution = execution
         self.shapes = [tuple(b.to_numpy(p).shape) for p in self.replicas[0]]
         self.bounds = row_bounds(self.shapes, len(self.devices))
-        # ... and what each device keeps between steps: its rows of every parameter
-        self.shards = [[b.rows(p, lo, hi) for p, (lo, hi) in zip(r, bd)]
+        self._cut()
+
+    def _cut(self) -> None:
+        """What each device keeps between steps, from the work copies: its rows of every parameter."""
+        self.shards = [[self.backend.rows(p, lo, hi) for p, (lo, hi) in zip(r, bd)]
                        for r, bd in zip(self.replicas, self.bounds)]
 
     def step(self, X, y):
@@ -120,13 +123,12 @@ class ShardedTrainer(Trainer):
 
     def logits(self, X):
         b, r = self.backend, self.replicas[0]
-        for w, v in zip(r, self._gathered()):
-            b.assign(w, b.tensor(v, r.device))
+        for p in range(len(r)):        # the first device's work copy, gathered as a step does
+            all_gather(b, [s[p] for s in self.shards], [r[p]])
         return b.to_numpy(b.forward(self.model, r, b.tensor(X, r.device)))
 
     def replica_params(self):
-        common = self.backend.model_ops(self.model).from_framework(self._gathered())
-        return [common]
+        return [self.backend.model_ops(self.model).from_framework(self._gathered())]
 
     def replica_state(self):
         return [self.backend.read_state(r) for r in self.replicas]
@@ -135,8 +137,7 @@ class ShardedTrainer(Trainer):
         b = self.backend
         for r in self.replicas:
             b.write_params(r, params, state)
-        self.shards = [[b.rows(p, lo, hi) for p, (lo, hi) in zip(r, bd)]
-                       for r, bd in zip(self.replicas, self.bounds)]
+        self._cut()
 
     def figures(self):
         shard = [sum(a.nbytes for a in s) for s in self.shard_arrays()]

@@ -51,9 +51,9 @@ class MeshTrainer(Trainer):
         # batch is (the rest replicated); XLA gathers them for the step and keeps the
         # updated ones sharded (the step's sharding constraint)
         self.shard_params = shard_params
-        self.param_shardings = [self._param_sharding(np.shape(a))
-                                for a in self.ops.to_framework(params)]
-        self.params = self._place(self.ops.to_framework(params))
+        values = self.ops.to_framework(params)
+        self.param_shardings = [self._param_sharding(np.shape(a)) for a in values]
+        self.params = self._place(values)
         self.state = self._per_replica(models.get(model).init_state())
         self.first = local_devices(mesh_devices[0].platform)[0] if world > 1 else mesh_devices[0]
         grad_fn = training_step_fn(self.ops.grouped(self.groups))
@@ -85,8 +85,7 @@ class MeshTrainer(Trainer):
     def shard_arrays(self) -> list[list[np.ndarray]]:
         """What each of this process's devices holds of every parameter (fsdp: its rows of
         the sharded ones, a whole copy of the replicated ones), in the mesh's order."""
-        per = [{s.device: np.asarray(s.data) for s in p.addressable_shards} for p in self.params]
-        return [[p[d] for p in per] for d in self.mesh.devices.flat if d in per[0]]
+        return self._per_device(self.params)
 
     def _per_replica(self, state):
         """BatchNorm's running statistics: one row per device, each on its device (one
@@ -117,11 +116,11 @@ class MeshTrainer(Trainer):
         """The mesh's devices and processes; each of this process's devices' rows of the
         last step's images; the FLOPs of the compiled step's program on one device (XLA's
         cost analysis of the partitioned program: the same program, from jit's cache)."""
-        X, y = self._inputs
+        X = self._inputs[0]
         rows = {s.device: s.data.shape[0] for s in X.addressable_shards}
         flops = None
         if self.compiled:
-            cost = self._step.lower(self.params, self.state, X, y).compile().cost_analysis()
+            cost = self._compiled_step().cost_analysis()
             flops = (cost[0] if isinstance(cost, list) else cost)["flops"]
         return {"devices": self.mesh.size,
                 "processes": len({d.process_index for d in self.mesh.devices.flat}),
@@ -137,9 +136,12 @@ class MeshTrainer(Trainer):
         out = {"shard_bytes": [sum(a.nbytes for a in d) for d in self.shard_arrays()],
                "param_bytes": sum(int(np.prod(p.shape)) * p.dtype.itemsize for p in self.params)}
         if self.compiled and self._inputs is not None:
-            text = self._step.lower(self.params, self.state, *self._inputs).compile().as_text()
-            out["collective_bytes"] = hlo.collective_bytes(text)
+            out["collective_bytes"] = hlo.collective_bytes(self._compiled_step().as_text())
         return out
+
+    def _compiled_step(self):
+        """The last step's program as XLA compiled it (the same program, from jit's cache)."""
+        return self._step.lower(self.params, self.state, *self._inputs).compile()
 
     def losses(self, handles):
         # replicated: this process's copy (a multi-process array is not whole here)

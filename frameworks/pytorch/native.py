@@ -142,6 +142,10 @@ class FSDPTrainer(DDPTrainer):
     def replica_state(self):
         return [self._whole().read()[1]]
 
+    def param_fingerprint(self):
+        params, state = self._whole().read()       # one gather for both
+        return models.fingerprint([*params, *state])
+
     def load_params(self, params, state):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
         whole = self.fresh()

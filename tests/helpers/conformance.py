@@ -344,6 +344,21 @@ def _one_model_steps_match_oracle(b, trainer, model, params, what):
     return got
 
 
+def _holds_rows(held, whole, model, rows_of) -> list[int]:
+    """held[i][p] (what device i keeps of parameter p between steps) is rows_of(p)[i] of
+    the whole parameter whole[p] (framework layout), by shape and by content. Returns
+    each device's bytes of them."""
+    kept = [0] * len(held)
+    for p, full in enumerate(whole):
+        for i, (lo, hi) in enumerate(rows_of(full)):
+            assert held[i][p].shape == full[lo:hi].shape, (
+                f"device {i} holds {held[i][p].shape} of {model.PARAM_NAMES[p]} {full.shape}, "
+                f"not rows {lo}:{hi}")
+            np.testing.assert_array_equal(held[i][p], full[lo:hi])
+            kept[i] += full[lo:hi].nbytes
+    return kept
+
+
 @check(needs="sharded")
 def sharded_two_devices_match_oracle(b, name):
     """Sharded data parallelism by hand (common/core/sharded.py) on 2 devices: its steps
@@ -359,15 +374,11 @@ def sharded_two_devices_match_oracle(b, name):
     params = _nontrivial_params(model)
     trainer = ShardedTrainer(b, name, params, model.init_state(), b.devices(2), CHECK_LR,
                              registry.default_execution(b.name, "sharded"))
-    _one_model_steps_match_oracle(b, trainer, model, params, "sharded")
-    shards, whole = trainer.shard_arrays(), trainer._gathered()
-    for p, full in enumerate(whole):
-        for i, (lo, hi) in enumerate(shard_bounds(full.shape[0], 2)):
-            assert shards[i][p].shape == (hi - lo, *full.shape[1:]), (
-                f"device {i} keeps {shards[i][p].shape} of {model.PARAM_NAMES[p]} "
-                f"{full.shape}, not its rows {lo}:{hi}")
-            np.testing.assert_array_equal(shards[i][p], full[lo:hi])
+    got = _one_model_steps_match_oracle(b, trainer, model, params, "sharded")
+    whole = [np.asarray(w) for w in b.model_ops(name).to_framework(got)]
+    kept = _holds_rows(trainer.shard_arrays(), whole, model, lambda w: shard_bounds(w.shape[0], 2))
     fig = trainer.figures()
+    assert fig["shard_bytes"] == kept
     assert sum(fig["shard_bytes"]) == fig["param_bytes"] == 4 * sum(
         int(np.prod(s)) for s in model.PARAM_SHAPES), "the shards are not the whole model"
     assert fig["sent_bytes_per_step"] == [perf.sharded_bytes(fig["param_bytes"], 2, regather=False)] * 2
@@ -392,19 +403,13 @@ def fsdp_two_devices_match_oracle(b, name):
     got = _one_model_steps_match_oracle(b, trainer, model, params, "fsdp")
     _placement_matches(trainer, model, 2, ORACLE_BATCH[name], "fsdp")
     whole = [np.asarray(w) for w in b.model_ops(name).to_framework(got)]
-    held, sharded = trainer.shard_arrays(), 0
-    for p, full in enumerate(whole):
-        rows = shard_bounds(full.shape[0], 2) if full.shape[0] % 2 == 0 else [(0, full.shape[0])] * 2
-        sharded += full.nbytes if full.shape[0] % 2 == 0 else 0
-        for i, (lo, hi) in enumerate(rows):
-            assert held[i][p].shape == full[lo:hi].shape, (
-                f"device {i} holds {held[i][p].shape} of {model.PARAM_NAMES[p]} {full.shape}, "
-                f"not rows {lo}:{hi}")
-            np.testing.assert_array_equal(held[i][p], full[lo:hi])
+    kept = _holds_rows(trainer.shard_arrays(), whole, model, lambda w: (
+        shard_bounds(w.shape[0], 2) if w.shape[0] % 2 == 0 else [(0, w.shape[0])] * 2))
     total = sum(w.nbytes for w in whole)
+    sharded = sum(w.nbytes for w in whole if w.shape[0] % 2 == 0)
     assert sharded >= 0.8 * total, f"only {sharded / total:.0%} of the parameters' bytes are sharded"
     fig = trainer.figures()
-    assert fig["shard_bytes"] == [sum(a.nbytes for a in d) for d in held]
+    assert fig["shard_bytes"] == kept
     moved = fig.get("collective_bytes")
     if moved is not None:      # a compiled program: which collectives is XLA's choice (for
         # ResNet-18 it gathers half the weights and moves activations instead), but the
