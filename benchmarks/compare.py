@@ -234,6 +234,10 @@ def resolve(args) -> tuple[list[str], list[str], list[int]]:
                              + (f" x {here} nodes" if here > 1 else "") + f" needs {need} cores; "
                              f"this machine lets us use {have}: lower --cores-per-device or "
                              "--devices")
+    for m in modes:
+        why = MODES[m].bad_input(args.model, counts)
+        if why:
+            raise UsageError(f"--mode {m}: {why}")
     if args.sync_bn and not models.get(args.model).STATE_NAMES:
         raise UsageError(f"--sync-bn needs a model with BatchNorm; {args.model} has none")
     if args.batch_per_device is None and args.batch_size < max(counts):

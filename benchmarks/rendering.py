@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from common.reports import device_experiments as device_report
-from common.reports import runs as report, settings as settings_report, utilisation
+from common.reports import runs as report, settings as settings_report, splits, utilisation
 from common.reports.plots import plots as draw_plots
 from common.results.record import load_records
 
@@ -39,6 +39,11 @@ def render(out: Path, command: str, console: Console, plots: bool = True,
     if pipeline is not None:
         console.print(pipeline)
         for line in report.pipeline_definitions(rows):
+            console.print(line, highlight=False, markup=False, style="dim")
+    split_rows = splits.rows(records)
+    if split_rows:
+        console.print(splits.table(split_rows))
+        for line in splits.definitions(split_rows):
             console.print(line, highlight=False, markup=False, style="dim")
     for line in settings_report.best_known_lines(records):
         console.print(line, highlight=False, markup=False)

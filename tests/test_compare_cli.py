@@ -44,6 +44,12 @@ BAD_INPUT = [
     (["--nodes", "2", "--network", "netns", "--link", "fast"], "--link 'fast' is not a rate"),
     (["--nodes", "2", "--network", "netns", "--link", "0mbit"], "--link '0mbit' is not a rate"),
     (["--nodes", "2", "--network", "netns", "--master", "h:1"], "drop --master"),
+    # tensor parallelism: a model without blocks to split, devices that do not divide the
+    # heads (4) or the MLP's features
+    (["--mode", "tensor", "--model", "lenet", "--devices", "2"], "lenet has none: use --model vit"),
+    (["--mode", "tp", "--model", "resnet18", "--devices", "2"], "resnet18 has none"),
+    (["--mode", "tensor", "--model", "vit", "--devices", "1,3"],
+     "--mode tensor: vit: tensor mode over 3 devices needs its heads (4) divisible by 3"),
     # a framework's settings given twice: the second replaced the first, silently
     (["--framework", "pytorch", "--settings", "pytorch:jemalloc,pytorch:tcmalloc"],
      "--settings names pytorch twice: give its settings once, joined by + "

@@ -522,35 +522,86 @@ def test_sharded_check_fails_without_either_collective(framework):
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     assert results["none"] == "passed: ", results["none"]
     for plant in ("no reduce-scatter", "no all-gather"):
-        assert re.match(r"failed: AssertionError: sharded step losses vs the per-shard oracle",
+        assert re.match(r"failed: AssertionError: sharded step losses vs the oracle \(2 shards\)",
                         results[plant]), (plant, results[plant])
 
 
-# The framework's own sharded data parallelism (fsdp mode) with its parameters left whole on
-# every device (JAX's mesh trainer placing them replicated): the same numbers, so only the
-# shards' shapes can show it.
+# Tensor mode's two all-reduces, each planted away in a framework process: g after a
+# row-parallel layer (each device goes on with its own heads' or columns' part of the
+# attention's and the MLP's output), and f's backward (each device's LayerNorm gets only
+# its own part of its output's gradient). The check must fail on both.
+PLANTED_TENSOR_RUN = """
+import json, sys
+from common.core import tensor
+from common.facts import registry
+from common.models import vit
+from tests.helpers.conformance import run_checks
+vit.variant("tiny")
+b = registry.get(sys.argv[1], profiled=False)
+b.setup(cpu_devices=2, threads=1)
+keep = tensor.g_forward, tensor.f_backward
+own = lambda b, parts, devices, log: list(parts)
+results = {}
+for plant, swap in {"none": {}, "no all-reduce after a row-parallel layer": {"g_forward": own},
+                    "no all-reduce of the column-parallel input's gradient": {"f_backward": own}}.items():
+    tensor.g_forward, tensor.f_backward = keep
+    for name, fn in swap.items():
+        setattr(tensor, name, fn)
+    (res,) = run_checks(b, ["vit_tiny"], only={"tensor_two_devices_match_oracle"}).values()
+    results[plant] = res["status"] + ": " + res["detail"][:300]
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.parametrize("framework", [f for f in ("pytorch", "paddle", *covered())
+                                       if f in covered() and (f, "tensor") not in registry.KNOWN_GAPS][:1])
+def test_tensor_check_fails_without_either_all_reduce(framework):
+    """tensor_two_devices_match_oracle holds as the code is, and fails with the forward
+    all-reduce after the row-parallel layers planted away, and with the backward one of
+    the column-parallel layers' input gradient planted away."""
+    proc = run_python(["-c", PLANTED_TENSOR_RUN, framework], framework=framework)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert results["none"] == "passed: ", results["none"]
+    for plant in ("no all-reduce after a row-parallel layer",
+                  "no all-reduce of the column-parallel input's gradient"):
+        assert results[plant].startswith("failed: AssertionError: tensor"), (plant, results[plant])
+
+
+# The framework's own sharded data parallelism (fsdp mode) and tensor parallelism (tp mode)
+# with their parameters left whole on every device (JAX's mesh trainer placing them
+# replicated): the same numbers, so only the shards' shapes can show it.
 PLANTED_FSDP_RUN = """
 import json
 from frameworks.jax import native
 from common.facts import registry
+from common.models import vit
 from tests.helpers.conformance import run_checks
+vit.variant("tiny")
 b = registry.get("jax", profiled=False)
 b.setup(cpu_devices=2, threads=1)
-results = {"none": run_checks(b, ["lenet"], only={"fsdp_two_devices_match_oracle"})}
-native.MeshTrainer._param_sharding = lambda self, shape: self.replicated
-results["replicated"] = run_checks(b, ["lenet"], only={"fsdp_two_devices_match_oracle"})
-print(json.dumps({k: v["fsdp_two_devices_match_oracle[lenet]"]["status"] + ": " +
-                  v["fsdp_two_devices_match_oracle[lenet]"]["detail"][:300] for k, v in results.items()}))
+def both():
+    return {**run_checks(b, ["lenet"], only={"fsdp_two_devices_match_oracle"}),
+            **run_checks(b, ["vit_tiny"], only={"tp_two_devices_match_oracle"})}
+results = {"none": both()}
+native.MeshTrainer._param_sharding = lambda self, shape, i: self.replicated
+results["replicated"] = both()
+print(json.dumps({k: {c: r["status"] + ": " + r["detail"][:300] for c, r in v.items()}
+                  for k, v in results.items()}))
 """
 
 
 @pytest.mark.skipif("jax" not in covered(), reason="needs jax")
-def test_fsdp_check_fails_with_the_parameters_whole_on_every_device():
-    """fsdp_two_devices_match_oracle holds on JAX's sharded parameters and fails when each
-    device holds them whole, although every number is the same."""
+def test_fsdp_and_tp_checks_fail_with_the_parameters_whole_on_every_device():
+    """fsdp_two_devices_match_oracle and tp_two_devices_match_oracle hold on JAX's sharded
+    parameters and fail when each device holds them whole, although every number is the
+    same."""
     proc = run_python(["-c", PLANTED_FSDP_RUN], framework="jax")
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert results["none"] == "passed: ", results["none"]
+    assert set(results["none"].values()) == {"passed: "}, results["none"]
+    planted = results["replicated"]
     assert re.match(r"failed: AssertionError: device 0 holds \([\d, ]+\) of W1 ",
-                    results["replicated"]), results["replicated"]
+                    planted["fsdp_two_devices_match_oracle[lenet]"]), planted
+    assert re.match(r"failed: AssertionError: device 0 holds \(8, 8\) of block1.attn.q.weight "
+                    r"\(8, 8\), not \(8, 4\)", planted["tp_two_devices_match_oracle[vit_tiny]"]), planted

@@ -398,3 +398,30 @@ def test_a_note_a_user_copies_is_never_cut(tmp_path, capsys, monkeypatch):
     folder = _folder(tmp_path / "a", [_record(framework="mxnet", status="not-installed", error=why)])
     assert report.main([str(folder)]) == 0
     assert registry.install_hint("mxnet") in (folder / "report.md").read_text()
+
+
+def test_the_split_table_sets_each_mode_beside_its_own_formula():
+    """report.md's table of the modes that split one model: held and whole bytes per
+    device from the record, bytes sent beside each mode's formula (sharded gathered once,
+    fsdp ZeRO-3's regather, tensor and tp four all-reduces of the activations per block);
+    a data-parallel row has no place in it."""
+    from common import models
+    from common.core import perf
+    from common.reports import runs, splits
+    vit = models.get("vit")
+    sharded = _record(mode="sharded", devices=2, shard_bytes=[600, 400], param_bytes=1000,
+                      sent_bytes_per_step=[1000, 1000])
+    fsdp = _record(mode="fsdp", devices=4, shard_bytes=[250] * 4, param_bytes=1000)
+    tensor = _record(mode="tensor", devices=2, model="vit", shard_bytes=[700, 700],
+                     replicated_bytes=400, param_bytes=1000, sent_bytes_per_step=[5e6, 5e6])
+    native = _record(mode="native", devices=2)
+    got = splits.rows([sharded, fsdp, tensor, native])
+    assert [r["mode"] for r in got] == ["sharded", "fsdp", "tensor"]
+    assert [r["formula MB/step/dev"] * splits.MB for r in got] == pytest.approx(
+        [perf.ring_bytes(1000, 2), 3 * 3 / 4 * 1000,
+         4 * vit.SIZE["blocks"] * perf.ring_bytes(4 * 64 * vit.TOKENS * vit.SIZE["width"], 2)])
+    assert got[0]["held MB/dev"] == 600 / splits.MB and got[2]["whole MB/dev"] == 400 / splits.MB
+    assert got[1]["sent MB/step/dev"] is None          # FSDP2's bytes are not counted
+    text = runs.markdown_report(runs.summarize([tensor, native]), [tensor, native], "cmd")
+    assert "## One model split over the devices" in text
+    assert "## One model split" not in runs.markdown_report(runs.summarize([native]), [native], "cmd")

@@ -665,13 +665,20 @@ FSDP_PROCESSES = [f for f in covered() if registry.facts(f).native_processes
                   and (f, "fsdp") not in registry.KNOWN_GAPS]
 
 
-def _fsdp_holds(worker_record, framework, record) -> None:
-    one = _ok(worker_record(framework, "native", 1, "lenet", **GLOROT))
+def _two_processes_are_one_device(worker_record, framework, record, model) -> None:
+    """A run of one model split over 2 processes (fsdp, tp) from Glorot weights: step
+    losses and parameters as native x1's, its update the oracle's."""
+    one = _ok(worker_record(framework, "native", 1, model, **GLOROT))
+    what = f"{record['mode']} x2"
     assert record["processes"] == 2, record["processes"]
-    _agree(record["step_losses"], one["step_losses"], "lenet", "(fsdp x2 vs native x1)",
+    _agree(record["step_losses"], one["step_losses"], model, f"({what} vs native x1)",
            GLOROT_LOSS_ATOL)
-    _same_params(record["param_fingerprint"], one["param_fingerprint"], "fsdp x2 vs native x1")
-    _same_update(record, _glorot_oracle("lenet"), "lenet", "fsdp x2 vs the oracle")
+    _same_params(record["param_fingerprint"], one["param_fingerprint"], f"{what} vs native x1")
+    _same_update(record, _glorot_oracle(model), model, f"{what} vs the oracle")
+
+
+def _fsdp_holds(worker_record, framework, record) -> None:
+    _two_processes_are_one_device(worker_record, framework, record, "lenet")
     held, whole = record["shard_bytes"], record["param_bytes"]
     assert len(held) == 2 and max(held) <= 0.55 * whole, (
         f"the ranks hold {held} bytes of the parameters' {whole}, not about half each")
@@ -699,3 +706,47 @@ def test_fsdp_check_fails_with_the_parameters_whole_on_every_rank(worker_record,
     record = _ok(planted_run(tmp_path, FSDP_AS_DDP, _lenet_glorot_config("pytorch", "fsdp", 2)))
     with pytest.raises(AssertionError, match="not about half each"):
         _fsdp_holds(worker_record, "pytorch", record)
+
+
+# The frameworks whose own tensor parallelism runs a process per device (PyTorch's DTensor):
+# held here, through the worker; JAX's, in one process, in tests/helpers/conformance.py
+TP_PROCESSES = [f for f in covered() if registry.facts(f).native_processes
+                and (f, "tp") not in registry.KNOWN_GAPS]
+
+
+def _tp_holds(worker_record, framework, record) -> None:
+    model = models.get("vit_tiny")
+    _two_processes_are_one_device(worker_record, framework, record, "vit_tiny")
+    sizes = [4 * int(np.prod(s)) for s in model.PARAM_SHAPES]
+    whole = sum(n for n, axis in zip(sizes, model.TENSOR_SPLIT) if axis is None)
+    assert record["param_bytes"] == sum(sizes)
+    held = (record["shard_bytes"], record["replicated_bytes"])
+    assert held == ([whole + (sum(sizes) - whole) // 2] * 2, whole), (
+        f"the ranks hold {held[0]} bytes ({held[1]} whole), not the split weights' halves "
+        f"and the rest ({whole} bytes) whole")
+
+
+@pytest.mark.parametrize("framework", TP_PROCESSES)
+def test_tp_with_a_process_per_device_is_one_device(worker_record, framework):
+    """The framework's own tensor parallelism, a process per device, on the tiny ViT from
+    Glorot weights (2 devices running the whole batch are 1 device): step losses,
+    parameters and the update as native x1's and the oracle's, and each rank holding its
+    half of every weight TENSOR_SPLIT cuts and the rest whole."""
+    _tp_holds(worker_record, framework, _ok(worker_record(framework, "tp", 2, "vit_tiny", **GLOROT)))
+
+
+# Planted: DDP's replicas in place of DTensor's cut: the same numbers (every rank runs the
+# whole batch, DDP averages equal gradients), every weight whole on both ranks
+TP_AS_DDP = """
+from frameworks.pytorch import native
+native.TPTrainer._distribute = native.DDPTrainer._distribute
+"""
+
+
+@pytest.mark.skipif("pytorch" not in TP_PROCESSES, reason="needs pytorch")
+def test_tp_check_fails_with_the_weights_whole_on_every_rank(worker_record, tmp_path):
+    cfg = {**_lenet_glorot_config("pytorch", "tp", 2), "model": "vit_tiny", **RUN_SHAPE["vit_tiny"],
+           "steps_per_epoch": GLOROT["steps"], "init": GLOROT["init"]}
+    record = _ok(planted_run(tmp_path, TP_AS_DDP, cfg))
+    with pytest.raises(AssertionError, match="not the split weights' halves"):
+        _tp_holds(worker_record, "pytorch", record)

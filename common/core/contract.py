@@ -107,6 +107,55 @@ class UnitsOps(ModelOps):
         ...
 
 
+class TransformerOps(UnitsOps):
+    """A transformer (the ViT, common/models/vit.py) written as its pieces, which
+    apply_units strings together once for every framework and tensor mode
+    (common/core/tensor.py) runs one by one with each device's columns and rows of the
+    weights. Every piece takes the framework's arrays in its layout; **kw is the
+    framework's own (MXNet's F: mx.nd, or mx.sym in a hybridized block)."""
+    # (logits, labels) -> the summed cross-entropy: the framework's own, as its steps use
+    loss_sum: Callable
+
+    @abstractmethod
+    def embed(self, X: Any, patch_w: Any, patch_b: Any, cls: Any, pos: Any, **kw) -> Any:
+        """Images -> tokens (batch, tokens, width): patches, the class token, positions."""
+
+    @abstractmethod
+    def norm(self, X: Any, gamma: Any, beta: Any, **kw) -> Any:
+        """LayerNorm over the last axis at the model's epsilon."""
+
+    @abstractmethod
+    def attend(self, a: Any, Wq: Any, Wk: Any, Wv: Any, Wo: Any, heads: int, **kw) -> Any:
+        """Multi-head self-attention of `heads` heads (of the model's head width; their
+        Q, K, V columns side by side in Wq, Wk, Wv) through the output projection Wo (its
+        rows those heads'): tensor mode gives each device its heads' columns and rows."""
+
+    @abstractmethod
+    def mlp(self, a: Any, W1: Any, c1: Any, W2: Any, **kw) -> Any:
+        """gelu(a W1 + c1) W2, the second layer's bias left to `bias` (tensor mode adds
+        it once, after summing the devices' row-parallel parts)."""
+
+    def bias(self, x: Any, c: Any, **kw) -> Any:
+        return x + c
+
+    @abstractmethod
+    def head(self, X: Any, gamma: Any, beta: Any, W: Any, c: Any, **kw) -> Any:
+        """The class token's LayerNorm and the dense head: logits."""
+
+    def apply_units(self, params, state, X, units, training, **kw):
+        from common.models import vit
+        s = vit.shape(self.name)
+        if units[0] == 0:
+            X = self.embed(X, *params[:4], **kw)
+        for at in s.blocks_in(units):
+            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + s.per_block]
+            X = X + self.attend(self.norm(X, g1, b1, **kw), Wq, Wk, Wv, Wo, s.heads, **kw)
+            X = X + self.bias(self.mlp(self.norm(X, g2, b2, **kw), W1, c1, W2, **kw), c2, **kw)
+        if s.has_head(units):
+            X = self.head(X, *params[s.head:s.head + 4], **kw)
+        return X
+
+
 class Trainer(ABC):
     """One training run's state on its devices: a scratch replica set, or the
     framework's own data-parallel machinery (in a multi-process run, one rank)."""
@@ -437,6 +486,23 @@ class Backend(ABC):
         """Empty the replica's gradients where the next backward pass would add to them
         (sgd does it after its update; sharded mode updates shards, not the replica)."""
 
+    # --- tensor mode: Megatron by hand (common/core/tensor.py) ---
+    def record(self, fn: Callable, inputs: Sequence, device: str,
+               consts: Sequence = ()) -> tuple[Any, Any]:
+        """fn(*inputs, *consts) on `device` (all there already), recorded for backprop
+        with respect to the inputs: returns its output, detached (the next piece's input
+        records its own gradient), and a tape."""
+        raise NotApplicable(f"{self.name} has no recorded pieces (tensor mode)")
+
+    def piece(self, fn: Callable) -> Callable:
+        """fn as this framework runs a piece: as it is, or compiled once (JAX)."""
+        return fn
+
+    def backprop(self, tape: Any, grad: Any) -> list:
+        """The gradients of a recorded piece's inputs, in their order, given its output's
+        gradient `grad` (None: the output is a scalar loss). Nothing accumulates."""
+        raise NotApplicable(f"{self.name} has no recorded pieces (tensor mode)")
+
     # the executions in which bind_train_batch traces the whole of train_batch into one
     # program, whose Python runs once: a traced run cannot clock its all-reduce apart
     whole_step_executions: tuple[str, ...] = ()
@@ -508,6 +574,24 @@ class Backend(ABC):
                            world: int) -> Trainer:
         raise NotApplicable(registry.gap(self.name, "fsdp")
                             or f"{self.name} has no sharded data parallelism here")
+
+    # --- tp mode: the framework's own tensor parallelism ---
+    def tp_trainer(self, model: str, params: Sequence[np.ndarray], devices: Sequence[str],
+                   lr: float, execution: str, rank: int = 0, world: int = 1) -> Trainer:
+        """The framework's own tensor-parallel trainer over `devices`: the model's
+        TENSOR_SPLIT weights cut over them, the batch whole on each."""
+        from common.core.tensor import problem
+        self.check_execution(execution)
+        why = problem(model, max(world, len(devices)))
+        if why:
+            raise NotApplicable(why)
+        return self.build_tp_trainer(model, params, devices, lr, execution, rank, world)
+
+    def build_tp_trainer(self, model: str, params: Sequence[np.ndarray],
+                         devices: Sequence[str], lr: float, execution: str, rank: int,
+                         world: int) -> Trainer:
+        raise NotApplicable(registry.gap(self.name, "tp")
+                            or f"{self.name} has no tensor parallelism here")
 
     def check_sync_bn(self, devices: Sequence[str]) -> None:
         """Raise NotApplicable (or NeedsGPU) where synchronised BatchNorm cannot run on

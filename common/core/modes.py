@@ -17,6 +17,7 @@ from common.core.schedules import SCHEDULES, stages
 from common.core.plan import RunConfig
 from common.core.scratch import ScratchTrainer
 from common.core.sharded import ShardedTrainer
+from common.core import tensor
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,11 @@ class Mode(ABC):
         """The n devices a run of this mode uses (the backend's choice by default)."""
         return backend.devices(n)
 
+    def bad_input(self, model: str, counts: list[int]) -> str | None:
+        """Why the command line cannot run this mode on `model` over any of `counts`
+        devices (one line: compare exits 2), or None."""
+        return None
+
     def precheck(self, backend: Backend, cfg: RunConfig, devices: list[str]) -> None:
         """Raise NotApplicable before any process starts where the run cannot go."""
 
@@ -98,6 +104,23 @@ class Sharded(Mode):
         model = models.get(cfg.model)
         return ShardedTrainer(backend, cfg.model, model.init_params(cfg.seed, cfg.init),
                               model.init_state(), devices, cfg.lr, cfg.execution)
+
+
+class Tensor(Mode):
+    """Tensor parallelism (Megatron-LM) by hand: common/core/tensor.py."""
+    by_hand = True
+
+    def bad_input(self, model, counts):
+        return next(filter(None, (tensor.problem(model, k) for k in counts)), None)
+
+    def precheck(self, backend, cfg, devices):
+        if cfg.sync_bn:
+            raise NotApplicable("tensor mode splits a transformer, which has no BatchNorm")
+
+    def trainer(self, backend, cfg, devices, rank=0, world=1):
+        model = models.get(cfg.model)
+        return tensor.TensorTrainer(backend, cfg.model, model.init_params(cfg.seed, cfg.init),
+                                    model.init_state(), devices, cfg.lr, cfg.execution)
 
 
 class Native(Mode):
@@ -140,6 +163,25 @@ class Fsdp(Mode):
     def trainer(self, backend, cfg, devices, rank=0, world=1):
         return backend.fsdp_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed, cfg.init),
                                     devices, cfg.lr, cfg.execution, rank, world)
+
+
+class Tp(Mode):
+    """Each framework's own tensor parallelism: in one process (JAX: the weights laid out
+    over a "model" mesh axis under jit), or one per device where the framework's native
+    mode runs so (PyTorch's DTensor)."""
+    bad_input = Tensor.bad_input
+    every_rank_predicts = True       # the ranks hold parts of the weights: all evaluate
+    speedup_against = "native"       # DTensor's needs 2 ranks: no 1-device row of its own
+
+    def processes(self, framework, devices):
+        return devices if registry.facts(framework).native_processes else 1
+
+    def precheck(self, backend, cfg, devices):
+        Tensor.precheck(self, backend, cfg, devices)
+
+    def trainer(self, backend, cfg, devices, rank=0, world=1):
+        return backend.tp_trainer(cfg.model, models.get(cfg.model).init_params(cfg.seed, cfg.init),
+                                  devices, cfg.lr, cfg.execution, rank, world)
 
 
 class DataParallel(Mode):
@@ -200,8 +242,15 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Sharded("sharded", "sharded data parallelism (ZeRO-3, FSDP) written by hand: each device "
                        "keeps 1/k of every parameter; all-gather, forward and backward per "
                        "shard of the batch, reduce-scatter of the gradients", default=False),
+    Tensor("tensor", "tensor parallelism (Megatron-LM) written by hand: each device holds its "
+                     "heads' columns of Q, K, V and rows of the output projection, its columns "
+                     "and rows of the MLP; all-reduces of the activations after the row-parallel "
+                     "layers, forward and backward", default=False),
     Fsdp("fsdp", "the framework's own sharded data parallelism: PyTorch's FSDP2 (a process "
                  "per device), JAX's parameters sharded over the mesh's data axis", default=False),
+    Tp("tp", "the framework's own tensor parallelism: PyTorch's DTensor parallelize_module "
+             "(a process per device), JAX's weights cut over a \"model\" mesh axis under jit",
+       default=False),
     DataParallel("dataparallel", "torch.nn.DataParallel, the chapter's concise PyTorch: one "
                                  "process replicating the module onto every GPU each step",
                  default=False),

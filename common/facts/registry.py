@@ -44,14 +44,18 @@ _KERAS_JAX_BN = ("keras.distribution.DataParallel on JAX runs one program over t
 
 # the frameworks' own sharded data parallelism that issue 52 has still to write (fsdp mode)
 _FSDP_NOT_WRITTEN = "its own sharded data parallelism, {}, is not written here yet (issue 52)"
+# and their own tensor parallelism (tp mode)
+_TP_NOT_WRITTEN = "its own tensor parallelism, {}, is not written here yet (issue 52)"
 
 
 def _keras_lacks(name: str, **own: str) -> dict[str, str]:
     """What every Keras row lacks (a scratch loop; nn.DataParallel is PyTorch's), with the
     row's own gaps."""
-    return {"scratch": _KERAS_SCRATCH, "sharded": _KERAS_SCRATCH,
+    return {"scratch": _KERAS_SCRATCH, "sharded": _KERAS_SCRATCH, "tensor": _KERAS_SCRATCH,
             "fsdp": _FSDP_NOT_WRITTEN.format("keras.distribution.ModelParallel with a LayoutMap "
                                              "sharding the weights over the batch axis"),
+            "tp": _TP_NOT_WRITTEN.format("keras.distribution.ModelParallel with a LayoutMap "
+                                         "cutting the dense kernels over a model axis"),
             "dataparallel": _NOT_DATAPARALLEL.format(name), **own}
 
 
@@ -140,10 +144,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "graph": "tf.function: traced once into a TensorFlow graph (grappler, no XLA)",
                "compiled": "XLA: each device's forward and backward in a "
                            "tf.function(jit_compile=True), the rest in a tf.function"},
-              {"*": "graph", "model": "eager", "sharded": "eager"}, "tf-config",
+              {"*": "graph", "model": "eager", "sharded": "eager", "tensor": "eager"}, "tf-config",
               {"dataparallel": _NOT_DATAPARALLEL.format("tensorflow"),
                "fsdp": _FSDP_NOT_WRITTEN.format("DTensor (tf.experimental.dtensor) with the "
-                                                "parameters' layouts sharded over the batch mesh")}),
+                                                "parameters' layouts sharded over the batch mesh"),
+               "tp": _TP_NOT_WRITTEN.format("DTensor (tf.experimental.dtensor) with the dense "
+                                            "kernels' layouts cut over a model mesh")}),
     Framework("mxnet", "frameworks.mxnet", ("mxnet",), ("mxnet",), "mxnet",
               "gluon.Trainer over a context list, gradients reduced by a KVStore", False,
               {"eager": "MXNet imperative NDArray ops under autograd.record (queued "
@@ -155,6 +161,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "fsdp": "MXNet 1.9 has no sharded data parallelism: its KVStore reduces the "
                        "gradients (on the devices or in parameter servers) and every worker "
                        "keeps every parameter",
+               "tp": "MXNet 1.9 has no tensor parallelism: a gluon block's parameters live "
+                     "whole on each of its contexts (Parameter.initialize(ctx=[...]) copies "
+                     "them), and no layer cuts its weights over devices",
                "graph": "MXNet's graph mode is hybridize(), run as --execution compiled"},
               # 1.9.1, its last release, needs NumPy 1; every other framework runs NumPy 2
               environment="mxnet",
@@ -173,7 +182,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                                "paddle.DataParallel (its native mode) runs a process per device",
                "graph": "Paddle's graph mode is paddle.jit.to_static, run as --execution compiled",
                "fsdp": _FSDP_NOT_WRITTEN.format("paddle.distributed.sharding.group_sharded_parallel "
-                                                "(levels os, os_g, p_g_os), a process per device")}),
+                                                "(levels os, os_g, p_g_os), a process per device"),
+               "tp": _TP_NOT_WRITTEN.format("fleet's ColumnParallelLinear and RowParallelLinear "
+                                            "(paddle.distributed.fleet.meta_parallel), a process "
+                                            "per device")}),
     # JAX: functional, so the chapter's in-place allreduce writes into mutable slots
     # (frameworks/jax/devices.py Slot); its native data parallelism is the compiler's
     Framework("jax", "frameworks.jax", ("jax",), ("jax", "jaxlib"), "jax",
@@ -184,7 +196,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                         "calls it, no jax.jit",
                "compiled": "jax.jit: a shard's forward and backward (scratch, model mode) or "
                            "the whole step (native) traced once and compiled by XLA"},
-              {"*": "compiled", "model": "eager"}, "jax-distributed",
+              {"*": "compiled", "model": "eager", "tensor": "eager"}, "jax-distributed",
               {"graph": "JAX's graph is its compiler's input: jax.jit traces a jaxpr that XLA "
                         "compiles (--execution compiled)",
                "dataparallel": _NOT_DATAPARALLEL.format("jax")},
@@ -235,6 +247,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                   **{"multi-device": _KERAS_TORCH_DEVICES,
                      "sync-bn": "synchronised BatchNorm needs several devices: " + _KERAS_TORCH_DEVICES},
                   fsdp="sharded parameters need several devices: " + _KERAS_TORCH_DEVICES,
+                  tp="weights cut over devices need several devices: " + _KERAS_TORCH_DEVICES,
                   nodes="Keras 3.15's torch backend has no keras.distribution: "
                         "keras.distribution.initialize fails with \"'NoneType' object has no "
                         "attribute 'initialize'\"; several processes would need "

@@ -55,6 +55,15 @@ INTERFACE: dict[str, tuple[type | str, str]] = {
                          "BatchNorms)"),
 }
 
+# what a model may bring besides (checked where it does): name -> (its type, what it holds)
+OPTIONAL: dict[str, tuple[type | str, str]] = {
+    "TENSOR_SPLIT": (tuple, "tensor mode's cut (common/core/tensor.py): per parameter the "
+                            "axis its devices' parts are cut along, None where each holds it "
+                            "whole; a model without it has no blocks to split"),
+    "tensor_problem": (CALLABLE, "tensor_problem(k): why k devices cannot split the model "
+                                 "(one line), or None"),
+}
+
 # the commands whose defaults a model brings, and the keys of each
 COMMAND_KEYS = {"profile": {"batch", "steps"}, "pipeline": {"batch", "steps"},
                 "settings": {"agree_steps"},
@@ -78,8 +87,13 @@ def problems(m: ModuleType, values: bool = False) -> list[str]:
     out += [f"{name} is not a {kind if isinstance(kind, str) else kind.__name__}"
             for name, (kind, _) in INTERFACE.items()
             if hasattr(m, name) and not _kind_ok(getattr(m, name), kind)]
+    out += [f"{name} is not a {kind if isinstance(kind, str) else kind.__name__}"
+            for name, (kind, _) in OPTIONAL.items()
+            if hasattr(m, name) and not _kind_ok(getattr(m, name), kind)]
     if out:
         return out
+    if hasattr(m, "TENSOR_SPLIT") and len(m.TENSOR_SPLIT) != len(m.PARAM_SHAPES):
+        out.append("TENSOR_SPLIT has not one entry per parameter")
     if len(m.PARAM_NAMES) != len(m.PARAM_SHAPES) or len(m.STATE_NAMES) != len(m.STATE_SHAPES):
         out.append("PARAM_NAMES/STATE_NAMES and their SHAPES differ in length")
     for what, n, column in (("parameter", len(m.PARAM_SHAPES), 1), ("state", len(m.STATE_SHAPES), 2)):

@@ -260,8 +260,27 @@ def _interface(size: dict) -> dict:
                    costs.dense(w, m, tokens), costs.elementwise("gelu", tokens * m, 1),
                    costs.dense(m, w, tokens), costs.elementwise("add", tokens * w, 1)]
     layers += [costs.layernorm(w), costs.dense(w, NUM_CLASSES), costs.loss(NUM_CLASSES)]
+    # tensor mode (common/core/tensor.py, Megatron-LM): the axis each parameter is cut
+    # along over the devices, None where every device holds it whole. Q, K, V and the
+    # MLP's first layer by columns (the heads side by side; fc1's bias with its columns),
+    # the attention's output projection and the MLP's second layer by rows
+    cut_axes = [None] * len(names)
+    for i in range(L):
+        at = first + i * PER_BLOCK
+        for j, axis in ((2, 1), (3, 1), (4, 1), (5, 0), (8, 1), (9, 0), (10, 0)):
+            cut_axes[at + j] = axis
+
+    def tensor_problem(k: int) -> str | None:
+        """Why the model cannot be split k ways (one line), or None."""
+        for what, n in (("heads", heads), ("MLP features", m)):
+            if n % k:
+                return (f"vit: tensor mode over {k} devices needs its {what} ({n}) divisible "
+                        f"by {k}; choose --devices that divide {n}")
+        return None
+
     return {
-        "SIZE": dict(size), "TOKENS": tokens, "PARAM_NAMES": tuple(names),
+        "SIZE": dict(size), "TOKENS": tokens, "TENSOR_SPLIT": tuple(cut_axes),
+        "tensor_problem": tensor_problem, "PARAM_NAMES": tuple(names),
         "PARAM_SHAPES": tuple(shapes), "PARAM_KINDS": tuple(kinds),
         "STATE_NAMES": (), "STATE_SHAPES": (),
         "IMAGE_SHAPE": (CHANNELS, size["image"], size["image"]),

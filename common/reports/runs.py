@@ -16,7 +16,7 @@ from common.core import modes
 from common.facts import registry
 from common.facts.machine import cpu_line
 from common.launch import networks
-from common.reports import settings as settings_report, utilisation
+from common.reports import settings as settings_report, splits, utilisation
 from common.results.record import model_of, nodes_of, schedule_of
 from common.results.timing import NOISE_THRESHOLD, _median, repeat_figures, timing
 from common.results.utilisation import all_devices
@@ -338,7 +338,7 @@ def render_markdown(t: Table) -> str:
 
 def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
     cfg = records[0] if records else {}
-    util_rows = utilisation.rows(rows, records)
+    util_rows, split_rows = utilisation.rows(rows, records), splits.rows(records)
     model_names = ", ".join(dict.fromkeys(model_of(r) for r in records))
     if cfg.get("batch_per_device"):
         batch = (f"batch {cfg['batch_per_device']} per device (weak scaling: the global batch and "
@@ -360,6 +360,8 @@ def markdown_report(rows: list[dict], records: list[dict], command: str) -> str:
                   utilisation.definitions(util_rows)),
         *_section("## Model mode (pipeline)", pipeline_table(rows, markdown=True),
                   pipeline_definitions(rows)),
+        *_section("## One model split over the devices", splits.table(split_rows, markdown=True),
+                  splits.definitions(split_rows)),
         *settings_report.best_known_lines(records)])
 
 

@@ -45,6 +45,8 @@ RECORD_KEYS = (
     # sharded mode (common/core/sharded.py): each device's bytes of the parameters kept
     # between steps, the parameters' bytes, each device's bytes sent a step
     "shard_bytes", "param_bytes", "sent_bytes_per_step",
+    # tensor mode (common/core/tensor.py): the bytes every device holds whole
+    "replicated_bytes",
     # fsdp mode where one compiled program runs the step (JAX): the bytes its collectives
     # carry, by kind, read from the program (common/results/hlo.py: collective_bytes)
     "collective_bytes",

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from common.core.contract import ModelOps, UnitsOps
+from common.core.contract import ModelOps, TransformerOps
 from common.models import resnet18 as R, vit
 
 from .devices import value
@@ -121,7 +121,7 @@ def layer_norm(x, g, b, eps):
     return (x - mean) * lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + eps) * g + b
 
 
-class ViT(UnitsOps):
+class ViT(TransformerOps):
     """d2l's Vision Transformer (common/models/vit.py) in JAX: the patch embedding a
     strided convolution, LayerNorm written out, attention by jax.nn.dot_product_attention
     (its default scale 1/sqrt(head width); tokens before heads, its layout), and GELU
@@ -130,25 +130,26 @@ class ViT(UnitsOps):
     def grouped(self, groups):
         return self              # no BatchNorm: nothing per replica
 
-    def apply_units(self, params, state, X, units, training):
-        s = vit.shape(self.name)
-        w = s.width
-        if units[0] == 0:            # the embedding: patches, the class token, positions
-            x = conv2d(X, params[0], params[1], stride=s.patch)
-            x = x.reshape(x.shape[0], w, -1).transpose(0, 2, 1)
-            X = jnp.concatenate([jnp.broadcast_to(params[2], (x.shape[0], 1, w)), x], 1) + params[3]
-        for at in s.blocks_in(units):
-            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + s.per_block]
-            a = layer_norm(X, g1, b1, s.eps)
-            n, t = X.shape[:2]
-            q, k, v = ((a @ W).reshape(n, t, s.heads, s.head_width) for W in (Wq, Wk, Wv))
-            X = X + jax.nn.dot_product_attention(q, k, v).reshape(n, t, w) @ Wo
-            h = self.gelu(layer_norm(X, g2, b2, s.eps) @ W1 + c1)
-            X = X + h @ W2 + c2
-        if s.has_head(units):        # the head: the class token's LayerNorm and dense
-            at = s.head
-            X = layer_norm(X[:, 0], params[at], params[at + 1], s.eps) @ params[at + 2] + params[at + 3]
-        return X
+    loss_sum = staticmethod(loss_sum)
+
+    def embed(self, X, patch_w, patch_b, cls, pos):
+        x = conv2d(X, patch_w, patch_b, stride=vit.shape(self.name).patch)
+        x = x.reshape(x.shape[0], x.shape[1], -1).transpose(0, 2, 1)
+        return jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, cls.shape[0])), x], 1) + pos
+
+    def norm(self, X, gamma, beta):
+        return layer_norm(X, gamma, beta, vit.shape(self.name).eps)
+
+    def attend(self, a, Wq, Wk, Wv, Wo, heads):
+        n, t = a.shape[:2]
+        q, k, v = ((a @ W).reshape(n, t, heads, -1) for W in (Wq, Wk, Wv))
+        return jax.nn.dot_product_attention(q, k, v).reshape(n, t, -1) @ Wo
+
+    def mlp(self, a, W1, c1, W2):
+        return self.gelu(a @ W1 + c1) @ W2
+
+    def head(self, X, gamma, beta, W, c):
+        return self.norm(X[:, 0], gamma, beta) @ W + c
 
     def gelu(self, x):
         # a method, so that benchmarks.vit_defaults can train the ViT with JAX's default

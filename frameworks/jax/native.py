@@ -9,6 +9,12 @@ statistics over the whole batch (the partitioner all-reduces them). Several
 machines: the same code over a Mesh of every process's devices (jax.distributed,
 joined in `join`), each process feeding only its own rows of the batch.
 
+fsdp: each parameter whose first axis the devices divide sharded along "data" too. tp
+(tensor parallelism): a mesh with one "model" axis, the batch whole on every device,
+each parameter the model's TENSOR_SPLIT cuts laid out along "model" (Q, K, V and fc1
+by columns, the output projection and fc2 by rows: Megatron's cut), the rest
+replicated; XLA's partitioner inserts the all-reduces.
+
 The arithmetic of one program over the global batch does not depend on where the batch
 lies: copied to every device it gives the same numbers as split over them. So the
 trainer says where it went (placement), read from the step's inputs and program."""
@@ -37,22 +43,26 @@ class MeshTrainer(Trainer):
     numbers_show_placement = False
 
     def __init__(self, backend, model, params, devices, lr, execution, rank=0, world=1,
-                 sync_bn=False, shard_params=False):
+                 sync_bn=False, shard_params=False, tensor=False):
         self.backend, self.ops = backend, backend.model_ops(model)
         self.rank, self.world, self.compiled = rank, world, execution == "compiled"
         self._inputs = None
         # one process: the devices asked for; several: every process's devices
         mesh_devices = (jax.devices() if world > 1 else [jax_device(d) for d in devices])
-        self.mesh = Mesh(np.array(mesh_devices), ("data",))
+        # tp: the mesh's axis is the model's ("model"); the batch whole on every device
+        self.tensor = models.get(model).TENSOR_SPLIT if tensor else None
+        self.mesh = Mesh(np.array(mesh_devices), ("model" if tensor else "data",))
         self.replicated = NamedSharding(self.mesh, P())
-        self.sharded = NamedSharding(self.mesh, P("data"))
+        self.sharded = self.replicated if tensor else NamedSharding(self.mesh, P("data"))
         self.groups = 1 if sync_bn else self.mesh.size
         # fsdp: each parameter whose first axis the devices divide sharded along it, as the
         # batch is (the rest replicated); XLA gathers them for the step and keeps the
         # updated ones sharded (the step's sharding constraint)
         self.shard_params = shard_params
+        # one model over the devices (fsdp, tp): its parameters laid out once, kept so
+        self.one_model = shard_params or tensor
         values = self.ops.to_framework(params)
-        self.param_shardings = [self._param_sharding(np.shape(a)) for a in values]
+        self.param_shardings = [self._param_sharding(np.shape(a), i) for i, a in enumerate(values)]
         self.params = self._place(values)
         self.state = self._per_replica(models.get(model).init_state())
         self.first = local_devices(mesh_devices[0].platform)[0] if world > 1 else mesh_devices[0]
@@ -61,7 +71,7 @@ class MeshTrainer(Trainer):
         def step(params, state, X, y):
             (loss, (_, state)), grads = grad_fn(params, state, X, y)
             params = sgd_update(params, grads, lr / X.shape[0])
-            if shard_params:
+            if self.one_model:
                 params = [jax.lax.with_sharding_constraint(p, s)
                           for p, s in zip(params, self.param_shardings)]
             return params, state, loss / X.shape[0]
@@ -75,7 +85,10 @@ class MeshTrainer(Trainer):
                                              lambda idx, a=np.asarray(a): a[idx])
                 for a, s in zip(arrays, shardings or [None] * len(arrays))]
 
-    def _param_sharding(self, shape):
+    def _param_sharding(self, shape, i):
+        if self.tensor:       # tp: the model's cut (TENSOR_SPLIT), its parts over "model"
+            axis = self.tensor[i]
+            return self.replicated if axis is None else NamedSharding(self.mesh, P(*[None] * axis, "model"))
         sharded = self.shard_params and len(shape) and shape[0] % self.mesh.size == 0
         return self.sharded if sharded else self.replicated
 
@@ -95,6 +108,8 @@ class MeshTrainer(Trainer):
         return [self._shard(np.tile(np.asarray(s)[None], (self.groups, 1))) for s in state]
 
     def _shard(self, a):
+        if self.tensor:              # tp: every device runs the whole batch
+            return self._replicate([a])[0]
         if a.shape[0] % self.mesh.size:
             raise NotApplicable(EVEN_SHARDS.format(batch=a.shape[0], k=self.mesh.size))
         if self.world == 1:          # each device takes its contiguous shard
@@ -131,10 +146,13 @@ class MeshTrainer(Trainer):
         """fsdp: each device's bytes of the parameters between steps, the parameters' bytes,
         and the bytes the compiled step's collectives carry, by kind, read from its HLO
         (jit's cached program): which collectives XLA chose is the compiler's to say."""
-        if not self.shard_params:
+        if not self.one_model:
             return {}
         out = {"shard_bytes": [sum(a.nbytes for a in d) for d in self.shard_arrays()],
                "param_bytes": sum(int(np.prod(p.shape)) * p.dtype.itemsize for p in self.params)}
+        if self.tensor:
+            out["replicated_bytes"] = sum(int(np.prod(p.shape)) * p.dtype.itemsize
+                                          for p, axis in zip(self.params, self.tensor) if axis is None)
         if self.compiled and self._inputs is not None:
             out["collective_bytes"] = hlo.collective_bytes(self._compiled_step().as_text())
         return out
@@ -150,7 +168,7 @@ class MeshTrainer(Trainer):
     def logits(self, X):
         # the first device's replica, as every framework evaluates (fsdp: the parameters
         # gathered onto it)
-        params = [jax.device_put(p, self.first) if self.shard_params else self._local(p)
+        params = [jax.device_put(p, self.first) if self.one_model else self._local(p)
                   for p in self.params]
         state = [self._local(s) for s in self.state]
         if self.groups > 1:
@@ -169,7 +187,7 @@ class MeshTrainer(Trainer):
         return [[p[d] for p in per] for d in self.mesh.devices.flat if d in per[0]]
 
     def replica_params(self):
-        if self.shard_params:        # one model, its rows over the devices: gathered
+        if self.one_model:           # one model, its parts over the devices: gathered
             return [self.ops.from_framework([np.asarray(p) for p in self.params])]
         return [self.ops.from_framework(r) for r in self._per_device(self.params)]
 
@@ -190,6 +208,9 @@ class Native:
     def build_fsdp_trainer(self, model, params, devices, lr, execution, rank, world):
         return MeshTrainer(self, model, params, devices, lr, execution, rank, world,
                            shard_params=True)
+
+    def build_tp_trainer(self, model, params, devices, lr, execution, rank, world):
+        return MeshTrainer(self, model, params, devices, lr, execution, rank, world, tensor=True)
 
     # --- several machines: one process per node, jax.distributed (JAX has no launcher;
     # common.launch.nodes starts the processes with the master as coordinator, or under

@@ -10,4 +10,4 @@ class Scratch:
 
     get_params = read_params = read_state = write_params = allreduce = split_batch = _gap
     shard_loss_and_grads = grads = sgd = add = bind_train_batch = _gap
-    rows = concat = assign = _gap
+    rows = concat = assign = record = backprop = _gap

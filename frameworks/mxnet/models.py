@@ -6,7 +6,7 @@ from mxnet import gluon, nd
 from mxnet.gluon import nn
 
 from common import models
-from common.core.contract import ModelOps, UnitsOps
+from common.core.contract import ModelOps, TransformerOps
 from common.models import lenet as L, resnet18 as R, vit
 
 loss = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -88,35 +88,39 @@ def class_token(F, X):
     return F.reshape(F.slice_axis(X, axis=1, begin=0, end=1), (0, -1))
 
 
-class ViT(UnitsOps):
+class ViT(TransformerOps):
     """d2l's Vision Transformer (common/models/vit.py) in MXNet's operators (F: mx.nd, or
     mx.sym in a hybridized block): Convolution with stride = kernel = patch, LayerNorm at
     the model's epsilon, attention with batch_dot over (batch x heads) as d2l's MXNet
     writes it, GELU as LeakyReLU(act_type="gelu")."""
 
-    def apply(self, params, state, X, training, F=nd):
-        return self.apply_units(params, state, X, (0, vit.shape(self.name).units), training, F)
+    loss_sum = staticmethod(lambda logits, y: nd.sum(loss(logits, y)))
 
-    def apply_units(self, params, state, X, units, training, F=nd):
+    def apply(self, params, state, X, training, F=nd):
+        return self.apply_units(params, state, X, (0, vit.shape(self.name).units), training, F=F)
+
+    def embed(self, X, patch_w, patch_b, cls, pos, F=nd):
         s = vit.shape(self.name)
-        w, patch = s.width, (s.patch, s.patch)
-        if units[0] == 0:            # the embedding: patches, the class token, positions
-            x = F.Convolution(data=X, weight=params[0], bias=params[1], kernel=patch,
-                              stride=patch, num_filter=w)
-            x = F.transpose(F.reshape(x, (0, w, -1)), (0, 2, 1))
-            X = with_class_token(F, x, params[2], params[3])
-        for at in s.blocks_in(units):
-            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + s.per_block]
-            a = F.LayerNorm(X, g1, b1, axis=-1, eps=s.eps)
-            q, k, v = (transpose_qkv(F, F.dot(a, W), s.heads) for W in (Wq, Wk, Wv))
-            X = X + F.dot(transpose_output(F, attention(F, q, k, v, s.head_width), s.heads), Wo)
-            u = F.broadcast_add(F.dot(F.LayerNorm(X, g2, b2, axis=-1, eps=s.eps), W1), c1)
-            X = X + F.broadcast_add(F.dot(F.LeakyReLU(u, act_type="gelu"), W2), c2)
-        if s.has_head(units):        # the head: the class token's LayerNorm and dense
-            at = s.head
-            c = F.LayerNorm(class_token(F, X), params[at], params[at + 1], axis=-1, eps=s.eps)
-            X = F.broadcast_add(F.dot(c, params[at + 2]), params[at + 3])
-        return X
+        patch = (s.patch, s.patch)
+        x = F.Convolution(data=X, weight=patch_w, bias=patch_b, kernel=patch, stride=patch,
+                          num_filter=s.width)
+        return with_class_token(F, F.transpose(F.reshape(x, (0, s.width, -1)), (0, 2, 1)), cls, pos)
+
+    def norm(self, X, gamma, beta, F=nd):
+        return F.LayerNorm(X, gamma, beta, axis=-1, eps=vit.shape(self.name).eps)
+
+    def attend(self, a, Wq, Wk, Wv, Wo, heads, F=nd):
+        q, k, v = (transpose_qkv(F, F.dot(a, W), heads) for W in (Wq, Wk, Wv))
+        return F.dot(transpose_output(F, attention(F, q, k, v, vit.shape(self.name).head_width), heads), Wo)
+
+    def mlp(self, a, W1, c1, W2, F=nd):
+        return F.dot(F.LeakyReLU(F.broadcast_add(F.dot(a, W1), c1), act_type="gelu"), W2)
+
+    def bias(self, x, c, F=nd):
+        return F.broadcast_add(x, c)
+
+    def head(self, X, gamma, beta, W, c, F=nd):
+        return F.broadcast_add(F.dot(self.norm(class_token(F, X), gamma, beta, F=F), W), c)
 
 
 # --- each model in gluon's own layers (native mode: a gluon Trainer over them) ---

@@ -6,7 +6,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from common.core.contract import ModelOps, UnitsOps
+from common.core.contract import ModelOps, TransformerOps
 from common.models import resnet18 as R, vit
 
 # Paddle's BatchNorm momentum weights the old running value: 0.9 is PyTorch's 0.1
@@ -125,35 +125,35 @@ class ResNet18Layer(nn.Layer):
         return self.fc(F.adaptive_avg_pool2d(h, 1).flatten(1))
 
 
-class ViT(UnitsOps):
+class ViT(TransformerOps):
     """d2l's Vision Transformer (common/models/vit.py) in Paddle's functional ops: the
     patch embedding a strided conv2d, F.layer_norm at the model's epsilon, attention
     written out (softmax(q k^T / sqrt(head width)) v, as the chapter writes it), the
     exact GELU (F.gelu's default, approximate=False)."""
 
-    def apply_units(self, params, state, X, units, training):
-        s = vit.shape(self.name)
-        w = s.width
-        if units[0] == 0:            # the embedding: patches, the class token, positions
-            x = F.conv2d(X, params[0], params[1], stride=s.patch).flatten(2).transpose([0, 2, 1])
-            cls = params[2].reshape([1, 1, w]).expand([x.shape[0], 1, w])
-            X = paddle.concat([cls, x], axis=1) + params[3]
-        for at in s.blocks_in(units):
-            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + s.per_block]
-            a = F.layer_norm(X, [w], g1, b1, s.eps)
-            n, t = X.shape[:2]
-            q, k, v = (paddle.matmul(a, W).reshape([n, t, s.heads, s.head_width])
-                       .transpose([0, 2, 1, 3]) for W in (Wq, Wk, Wv))
-            att = F.softmax(paddle.matmul(q, k, transpose_y=True) / s.head_width ** 0.5, axis=-1)
-            o = paddle.matmul(att, v).transpose([0, 2, 1, 3]).reshape([n, t, w])
-            X = X + paddle.matmul(o, Wo)
-            h = F.gelu(paddle.matmul(F.layer_norm(X, [w], g2, b2, s.eps), W1) + c1)
-            X = X + paddle.matmul(h, W2) + c2
-        if s.has_head(units):        # the head: the class token's LayerNorm and dense
-            at = s.head
-            c = F.layer_norm(X[:, 0], [w], params[at], params[at + 1], s.eps)
-            X = paddle.matmul(c, params[at + 2]) + params[at + 3]
-        return X
+    loss_sum = staticmethod(loss_sum)
+
+    def embed(self, X, patch_w, patch_b, cls, pos):
+        x = F.conv2d(X, patch_w, patch_b, stride=vit.shape(self.name).patch).flatten(2).transpose([0, 2, 1])
+        w = x.shape[2]
+        return paddle.concat([cls.reshape([1, 1, w]).expand([x.shape[0], 1, w]), x], axis=1) + pos
+
+    def norm(self, X, gamma, beta):
+        return F.layer_norm(X, gamma.shape, gamma, beta, vit.shape(self.name).eps)
+
+    def attend(self, a, Wq, Wk, Wv, Wo, heads):
+        n, t = a.shape[:2]
+        hw = vit.shape(self.name).head_width
+        q, k, v = (paddle.matmul(a, W).reshape([n, t, heads, hw]).transpose([0, 2, 1, 3])
+                   for W in (Wq, Wk, Wv))
+        att = F.softmax(paddle.matmul(q, k, transpose_y=True) / hw ** 0.5, axis=-1)
+        return paddle.matmul(paddle.matmul(att, v).transpose([0, 2, 1, 3]).reshape([n, t, heads * hw]), Wo)
+
+    def mlp(self, a, W1, c1, W2):
+        return paddle.matmul(F.gelu(paddle.matmul(a, W1) + c1), W2)
+
+    def head(self, X, gamma, beta, W, c):
+        return paddle.matmul(self.norm(X[:, 0], gamma, beta), W) + c
 
 
 class ViTBlock(nn.Layer):

@@ -79,3 +79,15 @@ class Scratch:
     def clear_grads(self, replica):
         for p in replica:
             p.clear_gradient(set_to_zero=False)      # backward adds into a gradient that is there
+
+    # tensor mode's primitives (common/core/tensor.py): a piece's own autograd graph
+    def record(self, fn, inputs, device, consts=()):
+        leaves = [x.detach() for x in inputs]
+        for x in leaves:
+            x.stop_gradient = False
+        out = fn(*leaves, *consts)
+        return out.detach(), (out, leaves)
+
+    def backprop(self, tape, grad):
+        out, leaves = tape
+        return list(paddle.grad([out], leaves, None if grad is None else [grad]))

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from common.core.contract import ModelOps, UnitsOps
+from common.core.contract import ModelOps, TransformerOps
 from common.models import resnet18 as R, vit
 
 
@@ -120,47 +120,69 @@ class ResNet18Module(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(h, (1, 1)).flatten(1))
 
 
-class ViT(UnitsOps):
+class ViT(TransformerOps):
     """d2l's Vision Transformer (common/models/vit.py) in PyTorch's functional ops: the
     patch embedding a strided conv2d, F.layer_norm at the model's epsilon, attention by
     F.scaled_dot_product_attention (its default scale 1/sqrt(head width), no mask, no
     dropout), the exact GELU (F.gelu's default)."""
+    loss_sum = staticmethod(loss_sum)
 
-    def apply_units(self, params, state, X, units, training):
-        s = vit.shape(self.name)
-        if units[0] == 0:            # the embedding: patches, the class token, positions
-            x = F.conv2d(X, params[0], params[1], stride=s.patch).flatten(2).transpose(1, 2)
-            X = torch.cat([params[2].expand(len(x), 1, s.width), x], 1) + params[3]
-        for at in s.blocks_in(units):
-            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + s.per_block]
-            a = F.layer_norm(X, (s.width,), g1, b1, s.eps)
-            n, t = X.shape[:2]
-            q, k, v = ((a @ W).view(n, t, s.heads, s.head_width).transpose(1, 2)
-                       for W in (Wq, Wk, Wv))
-            o = F.scaled_dot_product_attention(q, k, v)
-            X = X + o.transpose(1, 2).reshape(n, t, s.width) @ Wo
-            X = X + F.gelu(F.layer_norm(X, (s.width,), g2, b2, s.eps) @ W1 + c1) @ W2 + c2
-        if s.has_head(units):        # the head: the class token's LayerNorm and dense
-            at = s.head
-            X = F.layer_norm(X[:, 0], (s.width,), params[at], params[at + 1], s.eps) \
-                @ params[at + 2] + params[at + 3]
-        return X
+    def embed(self, X, patch_w, patch_b, cls, pos):
+        x = F.conv2d(X, patch_w, patch_b, stride=vit.shape(self.name).patch).flatten(2).transpose(1, 2)
+        return torch.cat([cls.expand(len(x), 1, cls.shape[0]), x], 1) + pos
+
+    def norm(self, X, gamma, beta):
+        return F.layer_norm(X, gamma.shape, gamma, beta, vit.shape(self.name).eps)
+
+    def attend(self, a, Wq, Wk, Wv, Wo, heads):
+        n, t = a.shape[:2]
+        q, k, v = ((a @ W).view(n, t, heads, -1).transpose(1, 2) for W in (Wq, Wk, Wv))
+        o = F.scaled_dot_product_attention(q, k, v)
+        return o.transpose(1, 2).reshape(n, t, -1) @ Wo
+
+    def mlp(self, a, W1, c1, W2):
+        return F.gelu(a @ W1 + c1) @ W2
+
+    def head(self, X, gamma, beta, W, c):
+        return self.norm(X[:, 0], gamma, beta) @ W + c
+
+
+class Attention(nn.Module):
+    """d2l's MultiHeadAttention as the book writes it: W_q, W_k, W_v and W_o each an
+    nn.Linear (bias=False), the heads side by side in their features; the heads counted
+    from the features each projection gives (head width fixed), so that a device holding
+    some heads' columns (tp mode's ColwiseParallel) computes those heads."""
+
+    def __init__(self, w, head_width):
+        super().__init__()
+        self.q, self.k, self.v, self.out = (nn.Linear(w, w, bias=False) for _ in range(4))
+        self.head_width = head_width
+
+    def forward(self, X):
+        n, t = X.shape[:2]
+        q, k, v = (f(X).view(n, t, -1, self.head_width).transpose(1, 2) for f in (self.q, self.k, self.v))
+        return self.out(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(n, t, -1))
 
 
 class ViTBlock(nn.Module):
     """d2l's ViTBlock in PyTorch's own layers: pre-norm nn.LayerNorm, nn.MultiheadAttention
-    (its Q, K and V one fused in_proj_weight; bias=False, as d2l's use_bias), a residual;
-    nn.LayerNorm, Linear, nn.GELU (exact), Linear, a residual."""
+    (its Q, K and V one fused in_proj_weight; bias=False, as d2l's use_bias), or with
+    split=True d2l's own four projections (Attention), a residual; nn.LayerNorm, Linear,
+    nn.GELU (exact), Linear, a residual."""
 
-    def __init__(self, w, mlp, heads, eps):
+    def __init__(self, w, mlp, heads, eps, split=False):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(w, eps=eps), nn.LayerNorm(w, eps=eps)
-        self.attention = nn.MultiheadAttention(w, heads, bias=False, batch_first=True)
+        self.attention = (Attention(w, w // heads) if split else
+                          nn.MultiheadAttention(w, heads, bias=False, batch_first=True))
         self.mlp = nn.Sequential(nn.Linear(w, mlp), nn.GELU(), nn.Linear(mlp, w))
 
     def forward(self, X):
         a = self.ln1(X)
-        X = X + self.attention(a, a, a, need_weights=False)[0]
+        if isinstance(self.attention, Attention):
+            X = X + self.attention(a)
+        else:
+            X = X + self.attention(a, a, a, need_weights=False)[0]
         return X + self.mlp(self.ln2(X))
 
 
@@ -169,7 +191,7 @@ class ViTModule(nn.Module):
     slots() pairs each common parameter with its tensor here and the view that turns one
     into the other (nn.Linear keeps (out, in); in_proj_weight stacks Q, K, V)."""
 
-    def __init__(self, params, state, name="vit"):
+    def __init__(self, params, state, name="vit", split=False):
         super().__init__()
         from common import models
         m = models.get(name)
@@ -178,7 +200,7 @@ class ViTModule(nn.Module):
         self.per_block = m.PER_BLOCK
         self.patch = nn.Conv2d(m.IMAGE_SHAPE[0], w, p, stride=p)
         self.cls, self.pos = nn.Parameter(torch.zeros(w)), nn.Parameter(torch.zeros(m.TOKENS, w))
-        self.blocks = nn.Sequential(*[ViTBlock(w, s["mlp"], s["heads"], eps)
+        self.blocks = nn.Sequential(*[ViTBlock(w, s["mlp"], s["heads"], eps, split)
                                       for _ in range(s["blocks"])])
         self.head = nn.Sequential(nn.LayerNorm(w, eps=eps), nn.Linear(w, m.NUM_CLASSES))
         self.load(params, state)
@@ -193,11 +215,12 @@ class ViTModule(nn.Module):
         out = [(self.patch.weight, None, False), (self.patch.bias, None, False),
                (self.cls, None, False), (self.pos, None, False)]
         for b in self.blocks:
-            w = b.ln1.normalized_shape[0]
-            qkv = b.attention.in_proj_weight
-            out += [(b.ln1.weight, None, False), (b.ln1.bias, None, False),
-                    *[(qkv, slice(i * w, (i + 1) * w), True) for i in range(3)],
-                    (b.attention.out_proj.weight, None, True),
+            w, att = b.ln1.normalized_shape[0], b.attention
+            qkv = ([(att.q.weight, None, True), (att.k.weight, None, True), (att.v.weight, None, True),
+                    (att.out.weight, None, True)] if isinstance(att, Attention) else
+                   [*[(att.in_proj_weight, slice(i * w, (i + 1) * w), True) for i in range(3)],
+                    (att.out_proj.weight, None, True)])
+            out += [(b.ln1.weight, None, False), (b.ln1.bias, None, False), *qkv,
                     (b.ln2.weight, None, False), (b.ln2.bias, None, False),
                     (b.mlp[0].weight, None, True), (b.mlp[0].bias, None, False),
                     (b.mlp[2].weight, None, True), (b.mlp[2].bias, None, False)]

@@ -15,7 +15,7 @@ from common.facts.data import shard_bounds
 from common.facts.settings import COMM_BUFFER_MB
 
 from .devices import compile_check, torch_device
-from .models import LAYERED, loss_sum, to_layout
+from .models import LAYERED, ViTModule, loss_sum, to_layout
 
 # DDP's communication hooks by the name a setting gives (common/facts/settings.py):
 # gradients cast to float16 for the all-reduce, and back
@@ -56,6 +56,9 @@ class OpsModule(nn.Module):
 
 
 class DDPTrainer(ModuleTrainer):
+    # every rank runs the whole batch (tensor parallelism; nn.DataParallel scatters it itself)
+    whole_batch = False
+
     def __init__(self, module, device, lr, rank, world, execution="eager", bucket_cap_mb=None,
                  comm_hook=None):
         self.device, self.rank, self.world = torch_device(device), rank, world
@@ -79,21 +82,21 @@ class DDPTrainer(ModuleTrainer):
 
     def step(self, X, y):
         self.batch = len(X)
-        lo, hi = shard_bounds(len(X), self.world)[self.rank]
+        lo, hi = (0, len(X)) if self.whole_batch else shard_bounds(len(X), self.world)[self.rank]
         Xs = torch.from_numpy(X[lo:hi]).to(self.device)
         ys = torch.from_numpy(y[lo:hi]).to(self.device)
         self.model.train()
         loss = loss_sum(self.model(Xs), ys)
         # DDP averages gradients over ranks; this scale makes the result the gradient
         # of the full batch's mean loss, whatever the shard sizes.
-        (loss * (self.world / self.batch)).backward()
+        (loss * ((1 if self.whole_batch else self.world) / self.batch)).backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return loss.detach()
 
     def losses(self, handles):
         sums = torch.stack(handles)
-        if self.world > 1:
+        if self.world > 1 and not self.whole_batch:
             dist.all_reduce(sums)        # one collective per epoch, not per step
         return sums.cpu().numpy() / self.batch
 
@@ -172,26 +175,56 @@ class FSDPTrainer(DDPTrainer):
                 "param_bytes": sum(p.numel() * p.element_size() for p in self.module.parameters())}
 
 
+class TPTrainer(FSDPTrainer):
+    """Tensor parallelism with DTensor (torch.distributed.tensor.parallel), one process per
+    device: parallelize_module over a 1-D device mesh of the ranks, each block's Q, K, V
+    and the MLP's first layer ColwiseParallel, the attention's output projection and the
+    MLP's second layer RowwiseParallel (Megatron's cut, the model's TENSOR_SPLIT; DTensor
+    all-reduces the row-parallel outputs forward and the column-parallel inputs'
+    gradients backward), the rest whole on every rank. Every rank runs the whole batch:
+    its loss is the batch's, its replicated parameters' gradients the same as the others'.
+    Whole parameters are read and written through full state dicts, as FSDP2's."""
+
+    def _distribute(self, bucket_cap_mb, comm_hook):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                       parallelize_module)
+        mesh = init_device_mesh(self.device.type, (self.world,))
+        plan = {}
+        for i in range(len(self.module.blocks)):
+            at = f"blocks.{i}"
+            plan.update({f"{at}.attention.{p}": ColwiseParallel() for p in "qkv"})
+            plan.update({f"{at}.attention.out": RowwiseParallel(), f"{at}.mlp.0": ColwiseParallel(),
+                         f"{at}.mlp.2": RowwiseParallel()})
+        return parallelize_module(self.module, mesh, plan)
+
+    whole_batch = True
+
+    def _sharded(self):
+        return list(self.module.parameters())
+
+    def figures(self):
+        from torch.distributed.tensor import DTensor, Replicate
+        params = list(self.module.parameters())
+
+        def whole(p):            # held whole on every rank: a plain tensor or a replicated DTensor
+            return not isinstance(p, DTensor) or all(isinstance(q, Replicate) for q in p.placements)
+        out = super().figures()
+        out["replicated_bytes"] = sum(p.numel() * p.element_size() for p in params if whole(p))
+        return out
+
+
 class DataParallelTrainer(DDPTrainer):
     """The chapter's concise PyTorch: nn.DataParallel in one process replicates the
     module onto every GPU in each step, scatters the batch (torch.chunk: shards
     differ from common.facts.data.shard_bounds only when the device count does not divide
     the batch) and sums the gradients onto the first GPU. BatchNorm's running
     statistics come from the first GPU's replica alone."""
+    whole_batch = True
 
     def __init__(self, module, devices, lr):
         super().__init__(module, devices[0], lr, rank=0, world=1)
         self.model = nn.DataParallel(self.module, device_ids=[torch_device(d).index for d in devices])
-
-    def step(self, X, y):
-        self.batch = len(X)
-        self.model.train()
-        loss = loss_sum(self.model(torch.from_numpy(X).to(self.device)),
-                        torch.from_numpy(y).to(self.device))
-        (loss / self.batch).backward()
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        return loss.detach()
 
 
 class Native:
@@ -233,6 +266,18 @@ class Native:
                                 "(a process each)")
         return FSDPTrainer(self._module(model, params), lambda: self._module(model, params),
                            devices[0], lr, rank, world)
+
+    def build_tp_trainer(self, model, params, devices, lr, execution, rank, world):
+        if execution != "eager":
+            raise NotApplicable("the suite's DTensor tensor-parallel trainer runs eagerly; "
+                                "torch.compile over parallelize_module is not tried here")
+        if world < 2:
+            raise NotApplicable("DTensor's tensor parallelism cuts over a process group: run 2 "
+                                "or more devices (a process each)")
+
+        def module():
+            return ViTModule(params, models.get(model).init_state(), model, split=True)
+        return TPTrainer(module(), module, devices[0], lr, rank, world)
 
     def _module(self, model, params):
         """A model's layered nn.Module where models.py writes one (LAYERED: the chapter's

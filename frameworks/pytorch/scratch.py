@@ -88,3 +88,13 @@ class Scratch:
     def clear_grads(self, replica):
         for p in replica:
             p.grad = None          # backward adds into a gradient that is there
+
+    # tensor mode's primitives (common/core/tensor.py): a piece's own autograd graph
+    def record(self, fn, inputs, device, consts=()):
+        leaves = [x.detach().requires_grad_() for x in inputs]
+        out = fn(*leaves, *consts)
+        return out.detach(), (out, leaves)
+
+    def backprop(self, tape, grad):
+        out, leaves = tape
+        return list(torch.autograd.grad(out, leaves, grad))

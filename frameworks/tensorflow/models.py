@@ -4,7 +4,7 @@ NumPy, see to_framework), and images are transposed inside the model."""
 import tensorflow as tf
 
 from common import models
-from common.core.contract import ModelOps, UnitsOps
+from common.core.contract import ModelOps, TransformerOps
 from common.models import resnet18 as R, vit
 
 
@@ -113,7 +113,7 @@ def _layer_norm(x, g, b, eps):
     return (x - mean) * tf.math.rsqrt(var + eps) * g + b
 
 
-class ViT(UnitsOps):
+class ViT(TransformerOps):
     """d2l's Vision Transformer (common/models/vit.py) in TensorFlow's ops: the patch
     embedding a strided tf.nn.conv2d on NHWC images (its filter HWIO: the model's
     CHANNELS_LAST), LayerNorm from tf.nn.moments, attention written out, the exact
@@ -123,30 +123,32 @@ class ViT(UnitsOps):
         super().__init__(name)
         self.to_framework, self.from_framework = models.get(name).CHANNELS_LAST
 
-    def apply_units(self, params, state, X, units, training):
-        s = vit.shape(self.name)
-        w = s.width
-        if units[0] == 0:            # the embedding: patches, the class token, positions
-            x = tf.nn.conv2d(tf.transpose(X, [0, 2, 3, 1]), params[0], s.patch, "VALID") + params[1]
-            x = tf.reshape(x, [tf.shape(x)[0], -1, w])
-            cls = tf.tile(tf.reshape(params[2], [1, 1, w]), [tf.shape(x)[0], 1, 1])
-            X = tf.concat([cls, x], axis=1) + params[3]
-        for at in s.blocks_in(units):
-            g1, b1, Wq, Wk, Wv, Wo, g2, b2, W1, c1, W2, c2 = params[at:at + s.per_block]
-            a = _layer_norm(X, g1, b1, s.eps)
+    loss_sum = staticmethod(loss_sum)
 
-            def heads_of(W):
-                return tf.transpose(tf.reshape(a @ W, [-1, s.tokens, s.heads, s.head_width]),
-                                    [0, 2, 1, 3])
-            q, k, v = heads_of(Wq), heads_of(Wk), heads_of(Wv)
-            att = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) / s.head_width ** 0.5, axis=-1)
-            o = tf.reshape(tf.transpose(att @ v, [0, 2, 1, 3]), [-1, s.tokens, w])
-            X = X + o @ Wo
-            X = X + tf.nn.gelu(_layer_norm(X, g2, b2, s.eps) @ W1 + c1) @ W2 + c2
-        if s.has_head(units):        # the head: the class token's LayerNorm and dense
-            at = s.head
-            X = _layer_norm(X[:, 0], params[at], params[at + 1], s.eps) @ params[at + 2] + params[at + 3]
-        return X
+    def embed(self, X, patch_w, patch_b, cls, pos):
+        x = tf.nn.conv2d(tf.transpose(X, [0, 2, 3, 1]), patch_w, vit.shape(self.name).patch,
+                         "VALID") + patch_b
+        x = tf.reshape(x, [tf.shape(x)[0], -1, x.shape[-1]])
+        cls = tf.tile(tf.reshape(cls, [1, 1, -1]), [tf.shape(x)[0], 1, 1])
+        return tf.concat([cls, x], axis=1) + pos
+
+    def norm(self, X, gamma, beta):
+        return _layer_norm(X, gamma, beta, vit.shape(self.name).eps)
+
+    def attend(self, a, Wq, Wk, Wv, Wo, heads):
+        s = vit.shape(self.name)
+
+        def heads_of(W):
+            return tf.transpose(tf.reshape(a @ W, [-1, s.tokens, heads, s.head_width]), [0, 2, 1, 3])
+        q, k, v = heads_of(Wq), heads_of(Wk), heads_of(Wv)
+        att = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) / s.head_width ** 0.5, axis=-1)
+        return tf.reshape(tf.transpose(att @ v, [0, 2, 1, 3]), [-1, s.tokens, heads * s.head_width]) @ Wo
+
+    def mlp(self, a, W1, c1, W2):
+        return tf.nn.gelu(a @ W1 + c1) @ W2
+
+    def head(self, X, gamma, beta, W, c):
+        return self.norm(X[:, 0], gamma, beta) @ W + c
 
 
 class Models:

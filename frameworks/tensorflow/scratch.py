@@ -103,3 +103,16 @@ class Scratch:
         # autograph off: the loops are over Python lists, nothing to convert (and it
         # would try to convert library calls made while tracing)
         return tf.function(step, autograph=False)
+
+    # tensor mode's primitives (common/core/tensor.py): a GradientTape per piece
+    def record(self, fn, inputs, device, consts=()):
+        with tf.device(tf_device(device)), tf.GradientTape() as tape:
+            for x in inputs:
+                tape.watch(x)
+            out = fn(*inputs, *consts)
+        return out, (tape, out, list(inputs), device)
+
+    def backprop(self, tape, grad):
+        tape, out, inputs, device = tape
+        with tf.device(tf_device(device)):
+            return tape.gradient(out, inputs, output_gradients=grad)

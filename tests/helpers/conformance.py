@@ -326,19 +326,20 @@ def scratch_two_devices_match_oracle(b, name):
                    b.read_params(rep2[0]), want_params, params, tol)
 
 
-def _one_model_steps_match_oracle(b, trainer, model, params, what):
+def _one_model_steps_match_oracle(b, trainer, model, params, what, shards=2):
     """The CHECK_STEPS steps of a trainer that holds one model over 2 devices (sharded,
-    fsdp) against the oracle run per shard: losses, parameters, the first device's
-    running statistics. Returns the parameters after them (common layout)."""
+    fsdp: the batch cut into 2 shards; tensor: 1, every device runs the whole batch)
+    against the oracle run per shard: losses, parameters, the first device's running
+    statistics. Returns the parameters after them (common layout)."""
     name, tol = model.NAME, TOLERANCES[model.NAME]
     batches = [_batch(ORACLE_BATCH[name], seed=s) for s in range(CHECK_STEPS[name])]
-    want_losses, want_params, want_state = _oracle_steps(name, 2, _unbiased(b, name))
+    want_losses, want_params, want_state = _oracle_steps(name, shards, _unbiased(b, name))
     handles = [trainer.step(X, y) for X, y in batches]
-    _close(f"{what} step losses vs the per-shard oracle", trainer.losses(handles), want_losses,
-           tol["step_loss"])
+    _close(f"{what} step losses vs the oracle ({shards} shard{'s' * (shards > 1)})", trainer.losses(handles),
+           want_losses, tol["step_loss"])
     (got,) = trainer.replica_params()
-    _updates_close(model, f"{what}, after {len(batches)} steps vs the per-shard oracle", got,
-                   want_params, params, tol)
+    _updates_close(model, f"{what}, after {len(batches)} steps vs the oracle ({shards} shard{'s' * (shards > 1)})",
+                   got, want_params, params, tol)
     for sname, st, w in zip(model.STATE_NAMES, trainer.replica_state()[0], want_state):
         _close(f"{what} {sname} after {len(batches)} steps vs the oracle", st, w, tol["state"])
     return got
@@ -383,6 +384,71 @@ def sharded_two_devices_match_oracle(b, name):
         int(np.prod(s)) for s in model.PARAM_SHAPES), "the shards are not the whole model"
     assert fig["sent_bytes_per_step"] == [perf.sharded_bytes(fig["param_bytes"], 2, regather=False)] * 2
     _evaluation_matches_oracle(trainer, model, tol, "sharded")
+
+
+def _holds_parts(trainer, model, got, b) -> dict:
+    """Each of the 2 devices holds its half of every weight the model's TENSOR_SPLIT cuts
+    (along that axis) and the rest whole, by shape and by content, from the parameters
+    `got` (common layout); the trainer's figures count those bytes: the halves and the
+    replicated whole, computed from the model's shapes. Returns the figures."""
+    whole = [np.asarray(w) for w in b.model_ops(model.NAME).to_framework(got)]
+    held = trainer.shard_arrays()
+    for p, (full, axis) in enumerate(zip(whole, model.TENSOR_SPLIT)):
+        for i in range(2):
+            want = full if axis is None else np.split(full, 2, axis=axis)[i]
+            assert held[i][p].shape == want.shape, (
+                f"device {i} holds {held[i][p].shape} of {model.PARAM_NAMES[p]} {full.shape}, "
+                f"not {want.shape}")
+            np.testing.assert_array_equal(held[i][p], want, err_msg=f"device {i}: {model.PARAM_NAMES[p]}")
+    sizes = [4 * int(np.prod(s)) for s in model.PARAM_SHAPES]
+    replicated = sum(n for n, axis in zip(sizes, model.TENSOR_SPLIT) if axis is None)
+    fig = trainer.figures()
+    assert fig["replicated_bytes"] == replicated and fig["param_bytes"] == sum(sizes)
+    assert fig["shard_bytes"] == [replicated + (sum(sizes) - replicated) // 2] * 2, fig["shard_bytes"]
+    return fig
+
+
+@check(needs="tensor", per_model=("vit_tiny",))
+def tensor_two_devices_match_oracle(b, name):
+    """Tensor parallelism by hand (common/core/tensor.py) on 2 devices: its steps equal the
+    1-device oracle on the whole batch, its evaluation the oracle's; each device holds
+    its half of every split weight (TENSOR_SPLIT: Q, K, V and fc1 by columns, the output
+    projection and fc2 by rows) and the rest whole (_holds_parts), and the bytes its
+    all-reduces send a step are the formula's (perf.tensor_parallel_bytes: two
+    all-reduces of batch x tokens x width per block forward, two backward)."""
+    from common.core import perf
+    from common.core.tensor import TensorTrainer
+    model, tol = models.get(name), TOLERANCES[name]
+    params = _nontrivial_params(model)
+    trainer = TensorTrainer(b, name, params, model.init_state(), b.devices(2), CHECK_LR,
+                            registry.default_execution(b.name, "tensor"))
+    got = _one_model_steps_match_oracle(b, trainer, model, params, "tensor", shards=1)
+    fig = _holds_parts(trainer, model, got, b)
+    size = model.SIZE
+    activations = 4 * ORACLE_BATCH[name] * model.TOKENS * size["width"]
+    assert fig["sent_bytes_per_step"] == [perf.tensor_parallel_bytes(activations, size["blocks"], 2)] * 2, (
+        f"the all-reduces sent {fig['sent_bytes_per_step']} bytes a step, not the formula's")
+    _evaluation_matches_oracle(trainer, model, tol, "tensor")
+
+
+@check(needs="tp", per_model=("vit_tiny",))
+def tp_two_devices_match_oracle(b, name):
+    """The framework's own tensor parallelism (tp mode) on 2 devices: its steps equal the
+    1-device oracle on the whole batch, its evaluation the oracle's; each device holds
+    its half of every weight TENSOR_SPLIT cuts and the rest whole (_holds_parts); a
+    compiled step's program has collectives (which ones is the compiler's choice)."""
+    if b.facts.native_processes:
+        raise Skipped(f"{b.name}'s tp mode runs a process per device: held to the oracle "
+                      "through the worker (tests/test_training.py)")
+    model, tol = models.get(name), TOLERANCES[name]
+    params = _nontrivial_params(model)
+    trainer = b.tp_trainer(name, params, b.devices(2), CHECK_LR, registry.default_execution(b.name, "tp"))
+    got = _one_model_steps_match_oracle(b, trainer, model, params, "tp", shards=1)
+    fig = _holds_parts(trainer, model, got, b)
+    moved = fig.get("collective_bytes")
+    if moved is not None:
+        assert sum(moved.values()) > 0, f"the step's program has no collective: {moved}"
+    _evaluation_matches_oracle(trainer, model, tol, "tp")
 
 
 @check(needs="fsdp")
@@ -863,6 +929,10 @@ def _gap_probes(b):
     X, y = _batch(8)
     native = registry.default_execution(b.name, "native")
 
+    from common.core.tensor import TensorTrainer
+    from common.models import vit
+    vit_params = models.get(vit.CHECK_MODEL).init_params(0, "chapter")
+
     def one_step(execution):
         mode = "native" if (b.name, "scratch") in registry.KNOWN_GAPS else "scratch"
         trainer = _trainer(b, "lenet", mode, execution, params, 1)
@@ -881,6 +951,13 @@ def _gap_probes(b):
         "sync-bn": [lambda: b.native_trainer(
             m, models.get(m).init_params(0, "chapter"), b.devices(1 if b.facts.native_processes else 2),
             0.2, registry.default_execution(b.name, "native"), sync_bn=True) for m in with_state],
+        # the ViT's tensor parallelism, by hand and the framework's own (2 devices)
+        "tensor": [lambda: TensorTrainer(b, vit.CHECK_MODEL, vit_params, [], b.devices(2), 0.2,
+                                         registry.default_execution(b.name, "tensor"))],
+        # (a process per device, where tp is no gap: held in tests/test_training.py)
+        **({} if b.facts.native_processes and not registry.gap(b.name, "tp") else
+           {"tp": [lambda: b.tp_trainer(vit.CHECK_MODEL, vit_params, b.devices(2), 0.2,
+                                        registry.default_execution(b.name, "tp"))]}),
     }
 
 
