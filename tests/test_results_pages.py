@@ -13,6 +13,7 @@ RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 # page -> the folders of compare records its tables come from
 COMPARE_PAGES = {"h100-default.md": ("h100-default/lenet", "h100-default/resnet18"),
                  "cpu-2core-vit-default.md": ("cpu-2core-vit-default/vit",),
+                 "cpu-2core-vit-splits.md": ("cpu-2core-vit-splits/vit",),
                  "cpu-2core-vit-sizes.md": tuple(f"cpu-2core-vit-sizes/{m}" for m in
                                                  ("vit", "vit_w128", "vit_p4", "vit_p4w128"))}
 

@@ -153,7 +153,10 @@ class Fsdp(Mode):
     every_rank_predicts = True
 
     def processes(self, framework, devices):
-        return devices if registry.facts(framework).native_processes else 1
+        # one where the framework has none: its row says why, not a launch of ranks
+        # that each raise it
+        one_per_device = registry.facts(framework).native_processes and not self.gap(framework)
+        return devices if one_per_device else 1
 
     def precheck(self, backend, cfg, devices):
         if cfg.sync_bn:
@@ -172,9 +175,7 @@ class Tp(Mode):
     bad_input = Tensor.bad_input
     every_rank_predicts = True       # the ranks hold parts of the weights: all evaluate
     speedup_against = "native"       # DTensor's needs 2 ranks: no 1-device row of its own
-
-    def processes(self, framework, devices):
-        return devices if registry.facts(framework).native_processes else 1
+    processes = Fsdp.processes
 
     def precheck(self, backend, cfg, devices):
         Tensor.precheck(self, backend, cfg, devices)

@@ -107,20 +107,29 @@ class Scratch:
     def assign(self, x, value):
         x[:] = value               # backward overwrites the gradients: nothing to clear
 
-    # tensor mode's primitives (common/core/tensor.py): a piece recorded by autograd
+    # tensor mode's primitives (common/core/tensor.py): a piece recorded by autograd.
+    # Each piece's result is waited for: with both devices' pieces in flight at once (2 CPU
+    # contexts, OMP_NUM_THREADS=2, the default ViT at batch 256) the threaded engine never
+    # finished them (seen here in training and in evaluation; NaiveEngine, or these waits,
+    # run)
+    def piece(self, fn):
+        def waited(*args):
+            out = fn(*args)
+            out.wait_to_read()
+            return out
+        return waited
+
     def record(self, fn, inputs, device, consts=()):
         leaves = [x.copy() for x in inputs]
         for x in leaves:
             x.attach_grad()
         with autograd.record():
-            out = fn(*leaves, *consts)
-        # each piece's forward waited for: with both devices' pieces in flight at once
-        # (2 CPU contexts, OMP_NUM_THREADS=2, the default ViT at batch 256) the threaded
-        # engine's waitall never returned (seen here; NaiveEngine, or this wait, runs)
-        out.wait_to_read()
+            out = self.piece(fn)(*leaves, *consts)
         return out.detach(), (out, leaves)
 
     def backprop(self, tape, grad):
         out, leaves = tape
         out.backward(grad)
+        for x in leaves:
+            x.grad.wait_to_read()
         return [x.grad for x in leaves]
