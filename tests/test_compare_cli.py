@@ -57,6 +57,17 @@ BAD_INPUT = [
 ]
 
 
+def test_all_modes_on_a_model_without_blocks_is_no_bad_input():
+    """`--mode all` on LeNet plans the modes that split a transformer too, their rows to
+    say why they do not apply (seen failing: exit 2 on tensor mode, which it did not name)."""
+    from benchmarks.compare import build_parser, resolve
+    from common.core.modes import MODES
+    args = build_parser().parse_args(["--framework", "pytorch", "--mode", "all", "--devices", "2",
+                                      "--dataset", "synthetic"])
+    _, modes, _ = resolve(args)
+    assert {"tensor", "tp"} <= set(modes) and set(modes) == set(MODES)
+
+
 @pytest.mark.parametrize("args,message", BAD_INPUT)
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     """In this process (a command's start-up is most of such a test's time); the exit

@@ -116,6 +116,9 @@ class Tensor(Mode):
     def precheck(self, backend, cfg, devices):
         if cfg.sync_bn:
             raise NotApplicable("tensor mode splits a transformer, which has no BatchNorm")
+        why = tensor.problem(cfg.model, cfg.devices)   # before a process per device starts
+        if why:
+            raise NotApplicable(why)
 
     def trainer(self, backend, cfg, devices, rank=0, world=1):
         model = models.get(cfg.model)
