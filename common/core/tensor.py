@@ -33,6 +33,7 @@ from common import models
 from common.core import perf
 from common.core.contract import Backend, NotApplicable, Trainer, TransformerOps
 from common.facts import registry
+from common.models import vit
 
 
 def all_reduce(b: Backend, parts: list, devices: Sequence[str], log: list) -> list:
@@ -137,7 +138,6 @@ def tensor_batch(b: Backend, ops: TransformerOps, X, y, held: list[list], device
     """One step of k-way tensor parallelism; held[i] is device i's list of parameters
     (whole or its part), replaced by their SGD update (scaled by the batch). Returns the
     batch's mean loss (a handle)."""
-    from common.models import vit
     s = vit.shape(ops.name)
     run = _Run(b, devices, recording=True)
     losses = _forward(b, ops, s, X, y, held, devices, run, log)
@@ -190,7 +190,6 @@ class TensorTrainer(Trainer):
         return np.array([float(np.asarray(self.backend.to_numpy(h)).reshape(())) for h in handles])
 
     def logits(self, X):
-        from common.models import vit
         b = self.backend
         run = _Run(b, self.devices, recording=False)
         out = _forward(b, self.ops, vit.shape(self.model), b.tensor(X, "cpu:0"), None, self.held,

@@ -257,23 +257,25 @@ class Native:
             module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
         return DDPTrainer(module, devices[0], lr, rank, world, execution, **self.comm)
 
-    def build_fsdp_trainer(self, model, params, devices, lr, execution, rank, world):
+    @staticmethod
+    def _over_ranks(execution, world, tool, call, cuts):
+        """A trainer of one model cut over the ranks by `tool` (its API `call`; `cuts`:
+        what cuts it): eager, on 2 or more ranks, or NotApplicable saying which."""
         if execution != "eager":
-            raise NotApplicable("the suite's FSDP2 trainer runs eagerly; torch.compile over "
-                                "fully_shard is not tried here")
+            raise NotApplicable(f"the suite's {tool} trainer runs eagerly; torch.compile over "
+                                f"{call} is not tried here")
         if world < 2:
-            raise NotApplicable("FSDP2 shards over a process group: run 2 or more devices "
-                                "(a process each)")
+            raise NotApplicable(f"{cuts} over a process group: run 2 or more devices (a "
+                                "process each)")
+
+    def build_fsdp_trainer(self, model, params, devices, lr, execution, rank, world):
+        self._over_ranks(execution, world, "FSDP2", "fully_shard", "FSDP2 shards")
         return FSDPTrainer(self._module(model, params), lambda: self._module(model, params),
                            devices[0], lr, rank, world)
 
     def build_tp_trainer(self, model, params, devices, lr, execution, rank, world):
-        if execution != "eager":
-            raise NotApplicable("the suite's DTensor tensor-parallel trainer runs eagerly; "
-                                "torch.compile over parallelize_module is not tried here")
-        if world < 2:
-            raise NotApplicable("DTensor's tensor parallelism cuts over a process group: run 2 "
-                                "or more devices (a process each)")
+        self._over_ranks(execution, world, "DTensor tensor-parallel", "parallelize_module",
+                         "DTensor's tensor parallelism cuts")
 
         def module():
             return ViTModule(params, models.get(model).init_state(), model, split=True)
