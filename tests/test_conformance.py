@@ -591,17 +591,45 @@ print(json.dumps({k: {c: r["status"] + ": " + r["detail"][:300] for c, r in v.it
 """
 
 
-@pytest.mark.skipif("jax" not in covered(), reason="needs jax")
-def test_fsdp_and_tp_checks_fail_with_the_parameters_whole_on_every_device():
-    """fsdp_two_devices_match_oracle and tp_two_devices_match_oracle hold on JAX's sharded
-    parameters and fail when each device holds them whole, although every number is the
-    same."""
-    proc = run_python(["-c", PLANTED_FSDP_RUN], framework="jax")
+# The same plant in TensorFlow's DTensor trainer: every DVariable laid out replicated
+PLANTED_DTENSOR_RUN = PLANTED_FSDP_RUN.replace('"jax"', '"tensorflow"').replace(
+    "from frameworks.jax import native", "from frameworks.tensorflow import native\n"
+    "from tensorflow.experimental import dtensor").replace(
+    "native.MeshTrainer._param_sharding = lambda self, shape, i: self.replicated",
+    "native.DTensorTrainer._layout = lambda self, shape, i: dtensor.Layout.replicated(self.mesh, len(shape))")
+# ... and in Keras's ModelParallel on JAX: a LayoutMap left empty, every weight whole
+PLANTED_KERAS_LAYOUT_RUN = PLANTED_FSDP_RUN.replace('"jax"', '"keras-jax"').replace(
+    "from frameworks.jax import native\n", "").replace(
+    "native.MeshTrainer._param_sharding = lambda self, shape, i: self.replicated",
+    "from frameworks.keras.backends import jax as keras_jax\n"
+    "keras_jax.LaidOutPlacement.lay_out = lambda self, path, axes: None")
+# framework -> (its plant, the first cut parameter fsdp's check names on LeNet, what tp's
+# check says of the first cut ViT weight). TensorFlow's and Keras's LeNet filters are
+# HWIO (first axis 3 or 5): the first parameter sharded is b1; Keras's query kernel is
+# (width, heads, head width), cut by heads
+WHOLE_PLANTS = {
+    "jax": (PLANTED_FSDP_RUN, r"\([\d, ]+\) of W1 ", r"\(8, 8\) of block1.attn.q.weight \(8, 8\), not \(8, 4\)"),
+    "tensorflow": (PLANTED_DTENSOR_RUN, r"\(20,\) of b1 \(20,\), not rows 0:10",
+                   r"\(8, 8\) of block1.attn.q.weight \(8, 8\), not \(8, 4\)"),
+    "keras-jax": (PLANTED_KERAS_LAYOUT_RUN, r"\(20,\) of b1 \(20,\), not rows 0:10",
+                  r"\(8, 2, 4\) of block1.attn.q.weight \(8, 2, 4\), not \(8, 1, 4\)")}
+
+
+@pytest.mark.parametrize("framework", sorted(WHOLE_PLANTS))
+def test_fsdp_and_tp_checks_fail_with_the_parameters_whole_on_every_device(framework):
+    """fsdp_two_devices_match_oracle and tp_two_devices_match_oracle hold on each
+    framework's own sharded parameters (JAX's shardings, TensorFlow's DTensor layouts,
+    Keras's ModelParallel on JAX) and fail when each device holds them whole, although
+    every number is the same."""
+    if framework not in covered():
+        pytest.skip(f"needs {framework}")
+    plant, fsdp_says, tp_says = WHOLE_PLANTS[framework]
+    proc = run_python(["-c", plant], framework=framework)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(results["none"].values()) == {"passed: "}, results["none"]
     planted = results["replicated"]
-    assert re.match(r"failed: AssertionError: device 0 holds \([\d, ]+\) of W1 ",
+    assert re.match(r"failed: AssertionError: device 0 holds " + fsdp_says,
                     planted["fsdp_two_devices_match_oracle[lenet]"]), planted
-    assert re.match(r"failed: AssertionError: device 0 holds \(8, 8\) of block1.attn.q.weight "
-                    r"\(8, 8\), not \(8, 4\)", planted["tp_two_devices_match_oracle[vit_tiny]"]), planted
+    assert re.match(r"failed: AssertionError: device 0 holds " + tp_says,
+                    planted["tp_two_devices_match_oracle[vit_tiny]"]), planted

@@ -17,7 +17,7 @@ BACKENDS = KERAS / "backends"
 NAMES = {"tensorflow", "jax", "torch"}
 # what every backend module holds (frameworks/keras/backends/__init__.py says what each is)
 INTERFACE = {"Devices", "Profiler", "SYNC_BN", "tf", "grads_of_loss_sum", "refuse",
-             "placement", "compiled"}
+             "placement", "laid_out", "compiled"}
 
 
 def top_level_names(source: str) -> set[str]:

@@ -52,11 +52,18 @@ def _keras_lacks(name: str, **own: str) -> dict[str, str]:
     """What every Keras row lacks (a scratch loop; nn.DataParallel is PyTorch's), with the
     row's own gaps."""
     return {"scratch": _KERAS_SCRATCH, "sharded": _KERAS_SCRATCH, "tensor": _KERAS_SCRATCH,
-            "fsdp": _FSDP_NOT_WRITTEN.format("keras.distribution.ModelParallel with a LayoutMap "
-                                             "sharding the weights over the batch axis"),
-            "tp": _TP_NOT_WRITTEN.format("keras.distribution.ModelParallel with a LayoutMap "
-                                         "cutting the dense kernels over a model axis"),
             "dataparallel": _NOT_DATAPARALLEL.format(name), **own}
+
+
+# fsdp and tp are keras.distribution.ModelParallel with a LayoutMap: JAX's alone (measured)
+_KERAS_TF_LAYOUTS = ("keras.distribution.ModelParallel is JAX's alone in Keras 3.15: its "
+                     "TensorFlow distribution_lib is a prototype (\"!!!DO NOT USE!!! ... This is "
+                     "just a prototype\") without distribute_tensor "
+                     "(keras.distribution.distribute_tensor fails with \"module "
+                     "'keras.src.backend.tensorflow.distribution_lib' has no attribute "
+                     "'distribute_tensor'\"), and TensorFlow's Variable never asks the "
+                     "distribution for a layout: a kernel laid out ('batch', None) stays one "
+                     "whole ResourceVariable on CPU:0, and fit runs as if no layout were given")
 
 
 def _keras_on_tensorflow_only(backend: str, model: str) -> dict[str, str]:
@@ -145,11 +152,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "compiled": "XLA: each device's forward and backward in a "
                            "tf.function(jit_compile=True), the rest in a tf.function"},
               {"*": "graph", "model": "eager", "sharded": "eager", "tensor": "eager"}, "tf-config",
-              {"dataparallel": _NOT_DATAPARALLEL.format("tensorflow"),
-               "fsdp": _FSDP_NOT_WRITTEN.format("DTensor (tf.experimental.dtensor) with the "
-                                                "parameters' layouts sharded over the batch mesh"),
-               "tp": _TP_NOT_WRITTEN.format("DTensor (tf.experimental.dtensor) with the dense "
-                                            "kernels' layouts cut over a model mesh")}),
+              {"dataparallel": _NOT_DATAPARALLEL.format("tensorflow")}),
     Framework("mxnet", "frameworks.mxnet", ("mxnet",), ("mxnet",), "mxnet",
               "gluon.Trainer over a context list, gradients reduced by a KVStore", False,
               {"eager": "MXNet imperative NDArray ops under autograd.record (queued "
@@ -181,11 +184,16 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"dataparallel": "Paddle has no single-process multi-device data parallelism: "
                                "paddle.DataParallel (its native mode) runs a process per device",
                "graph": "Paddle's graph mode is paddle.jit.to_static, run as --execution compiled",
-               "fsdp": _FSDP_NOT_WRITTEN.format("paddle.distributed.sharding.group_sharded_parallel "
-                                                "(levels os, os_g, p_g_os), a process per device"),
-               "tp": _TP_NOT_WRITTEN.format("fleet's ColumnParallelLinear and RowParallelLinear "
-                                            "(paddle.distributed.fleet.meta_parallel), a process "
-                                            "per device")}),
+               # tried in Paddle 3.3.1, CPU, gloo, 2 processes
+               "fsdp": "Paddle's sharded data parallelism has no CPU path: "
+                       "paddle.distributed.sharding.group_sharded_parallel, at each level (os, "
+                       "os_g, p_g_os), asserts 'group_sharded_parallel only support gpu, xpu and "
+                       "custom_device now' (its GroupShardedStage3 given device='cpu': 'Only "
+                       "support CUDA / XPU / CustomDevice.'), and auto-parallel's "
+                       "dist.shard_optimizer(opt, dist.ShardingStage3(...)) stops in LeNet's and "
+                       "the ViT's forward pass: 'Unimplemented cpu kernel for all_to_all.' (two "
+                       "plain Linears get to the backward pass: 'Unimplemented cpu kernel for "
+                       "CReduceScatterOp.')"}),
     # JAX: functional, so the chapter's in-place allreduce writes into mutable slots
     # (frameworks/jax/devices.py Slot); its native data parallelism is the compiler's
     Framework("jax", "frameworks.jax", ("jax",), ("jax", "jaxlib"), "jax",
@@ -209,7 +217,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "graph": "Model.compile(jit_compile=False): train_step in a tf.function",
                "compiled": "Model.compile(jit_compile=True): train_step compiled by XLA"},
               {"*": "graph", "model": "eager"}, "tf-config",
-              _keras_lacks("keras-tensorflow"),
+              _keras_lacks("keras-tensorflow",
+                           fsdp="sharded parameters: " + _KERAS_TF_LAYOUTS,
+                           tp="weights cut over a model axis: " + _KERAS_TF_LAYOUTS),
               env={"KERAS_BACKEND": "tensorflow"}),
     Framework("keras-jax", "frameworks.keras", ("keras", "jax"), ("keras", "jax", "jaxlib"),
               "keras-jax", "model.fit under keras.distribution.DataParallel (a DeviceMesh of "

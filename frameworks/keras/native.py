@@ -2,12 +2,17 @@
 TensorFlow's tf.distribute.MirroredStrategy (the replacement of the removed
 keras.utils.multi_gpu_model), JAX's keras.distribution.DataParallel, and on torch one
 device (Keras 3.15 has no distribution there). What differs per backend is its
-placement, in frameworks/keras/backends; the trainer below is the same on each."""
+placement, in frameworks/keras/backends; the trainer below is the same on each.
+
+fsdp and tp: the same model.fit of one model laid out over the devices by
+keras.distribution.ModelParallel (a LayoutMap of the variables' paths; JAX's alone):
+fsdp's weights cut along their first axis over the batch's mesh axis, tp's as the
+model's TENSOR_SPLIT says over a "model" axis (Megatron's cut)."""
 import numpy as np
 import keras
 
 from common import models
-from common.core.contract import Trainer
+from common.core.contract import NotApplicable, Trainer
 from common.core.loop import STEP_LOSSES_KEPT
 
 from .backends import current
@@ -51,14 +56,14 @@ class Progress(keras.callbacks.Callback):
 
 class FitTrainer(Trainer):
     def __init__(self, backend, model, params, devices, lr, sync_bn=False, execution="graph",
-                 strategy=None):
+                 strategy=None, place=None, like=None):
         self.backend, self.name, self.ops = backend, model, backend.model_ops(model)
-        self.place = current.placement(devices, sync_bn, strategy)
+        self.place = place or current.placement(devices, sync_bn, strategy)
         with self.place.scope():
             # BatchNormalization(synchronized=sync_bn) on TensorFlow: without it each
             # replica keeps its own moving statistics (ON_READ variables under the strategy)
             self.model, (self.param_vars, self.state_vars) = backend.keras_model(
-                model, params, models.get(model).init_state(), sync_bn)
+                model, params, models.get(model).init_state(), sync_bn, like=like)
             self.model.compile(
                 optimizer=keras.optimizers.SGD(learning_rate=lr),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -109,8 +114,78 @@ class FitTrainer(Trainer):
             self.backend.set_weights(self.name, (self.param_vars, self.state_vars), params, state)
 
 
+# fsdp's and tp's meshes over k devices ((shape, axis names)): the batch cut along "batch"
+# (ModelParallel's batch_dim_name); tp's "batch" axis of size 1, every device the whole batch
+MESHES = {"fsdp": lambda k: ((k,), ("batch",)), "tp": lambda k: ((1, k), ("batch", "model"))}
+
+# fsdp of a model with BatchNorm: why not (fsdp mode keeps each device's statistics)
+ONE_PROGRAM_BN = ("keras.distribution.ModelParallel runs one program over the global batch: "
+                  "BatchNormalization normalises over every device's rows, where fsdp mode "
+                  "keeps each device's own statistics of its shard (measured: ResNet-18 laid "
+                  "out so anyway, its first step's loss 2.5e-2 of its value off the oracle per "
+                  "shard)")
+
+
+def fsdp_axes(model, variables, k):
+    """ZeRO-3: each weight whose first axis the k devices divide cut along it over "batch"
+    (the mesh's one axis, the batch's too), the rest whole on every device."""
+    return [("batch",) + (None,) * (len(v.shape) - 1) if len(v.shape) and v.shape[0] % k == 0
+            else None for v in variables]
+
+
+def tp_axes(model, variables, k):
+    """Megatron: each weight the model's TENSOR_SPLIT cuts laid out along "model" on that
+    axis (Keras's layout keeps the common one's axes: MultiHeadAttention's query, key and
+    value kernels (width, heads, head width) cut by heads, that is by columns, its output
+    kernel (heads, head width, width) by rows), the rest whole on every device."""
+    return [None if axis is None else
+            (None,) * axis + ("model",) + (None,) * (len(v.shape) - axis - 1)
+            for v, axis in zip(variables, models.get(model).TENSOR_SPLIT)]
+
+
+class LaidOutTrainer(FitTrainer):
+    """fsdp and tp: model.fit of one model laid out over the devices by
+    keras.distribution.ModelParallel (frameworks/keras/backends: laid_out). A LayoutMap
+    names variables by path, which a model's auto-named layers (LeNet's) change at every
+    build: the trainer's model is a clone of a first build, whose variables' paths and
+    shapes gave the layouts."""
+
+    def __init__(self, backend, model, params, devices, lr, execution, mode):
+        place = current.laid_out(devices, mode, MESHES[mode](len(devices)))
+        if mode == "fsdp" and models.get(model).STATE_NAMES:
+            raise NotApplicable(ONE_PROGRAM_BN)
+        first, (variables, _) = backend.keras_model(model, params)
+        self.axes = {"fsdp": fsdp_axes, "tp": tp_axes}[mode](model, variables, len(devices))
+        for v, axes in zip(variables, self.axes):
+            if axes is not None:
+                place.lay_out(v.path, axes)
+        self.mode = mode
+        super().__init__(backend, model, params, devices, lr, execution=execution, place=place,
+                         like=first)
+
+    def shard_arrays(self):
+        """What each device holds of every parameter (framework layout), in the devices' order."""
+        return self.place.pieces(self.param_vars)
+
+    def figures(self):
+        """Each device's bytes of the parameters between steps, the parameters' bytes, and
+        (tp) the bytes every device holds whole."""
+        size = [int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in self.param_vars]
+        out = {"shard_bytes": [sum(a.nbytes for a in d) for d in self.shard_arrays()],
+               "param_bytes": sum(size)}
+        if self.mode == "tp":
+            out["replicated_bytes"] = sum(n for n, axes in zip(size, self.axes) if axes is None)
+        return out
+
+
 class Native:
     def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
         current.refuse(model, devices, execution, sync_bn)
         return FitTrainer(self, model, params, devices, lr, sync_bn, execution,
                           getattr(self, "cluster_strategy", None) if world > 1 else None)
+
+    def build_fsdp_trainer(self, model, params, devices, lr, execution, rank, world):
+        return LaidOutTrainer(self, model, params, devices, lr, execution, "fsdp")
+
+    def build_tp_trainer(self, model, params, devices, lr, execution, rank, world):
+        return LaidOutTrainer(self, model, params, devices, lr, execution, "tp")

@@ -6,7 +6,7 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from common.core.contract import ModuleTrainer
+from common.core.contract import ModuleTrainer, NotApplicable
 from common import models
 from common.facts.data import shard_bounds
 from common.facts.settings import COMM_BUFFER_MB
@@ -50,6 +50,9 @@ LAYERED = {"resnet18": lambda model, params, state: ResNet18Layer(params, state)
 
 
 class DataParallelTrainer(ModuleTrainer):
+    # every rank runs the whole batch (tensor parallelism)
+    whole_batch = False
+
     def __init__(self, layer, lr, rank, world, execution="eager", **comm):
         self.rank, self.world = rank, world
         self.module = layer
@@ -57,25 +60,29 @@ class DataParallelTrainer(ModuleTrainer):
         # paddle.jit.to_static into static programs; DataParallel wraps it as it is
         self.model = paddle.jit.to_static(layer, full_graph=True) if execution == "compiled" else layer
         if world > 1:
-            self.model = paddle.DataParallel(self.model, **comm)
+            self.model = self._distribute(self.model, comm)
+        # after _distribute: the optimizer takes the parameters it left (TPTrainer's replaced)
         self.opt = paddle.optimizer.SGD(learning_rate=lr, parameters=self.module.parameters())
         self.batch = None
 
+    def _distribute(self, model, comm):
+        return paddle.DataParallel(model, **comm)
+
     def step(self, X, y):
         self.batch = len(X)
-        lo, hi = shard_bounds(len(X), self.world)[self.rank]
+        lo, hi = (0, len(X)) if self.whole_batch else shard_bounds(len(X), self.world)[self.rank]
         self.model.train()
         loss = loss_sum(self.model(paddle.to_tensor(X[lo:hi])), paddle.to_tensor(y[lo:hi]))
         # DataParallel averages gradients over ranks; this scale makes the result
         # the gradient of the full batch's mean loss, whatever the shard sizes.
-        (loss * (self.world / self.batch)).backward()
+        (loss * ((1 if self.whole_batch else self.world) / self.batch)).backward()
         self.opt.step()
         self.opt.clear_grad()
         return loss.detach()
 
     def losses(self, handles):
         sums = paddle.stack(handles)
-        if self.world > 1:
+        if self.world > 1 and not self.whole_batch:
             dist.all_reduce(sums)        # one collective per epoch, not per step
         return sums.numpy() / self.batch
 
@@ -84,6 +91,61 @@ class DataParallelTrainer(ModuleTrainer):
         with paddle.no_grad():
             return self.module(paddle.to_tensor(X)).numpy()
 
+
+class TPTrainer(DataParallelTrainer):
+    """Tensor parallelism with Paddle's auto-parallel in dynamic mode, one process per
+    device: the ViT's parameters made distributed tensors over a 1-D ProcessMesh of the
+    ranks (paddle.distributed.shard_layer), each weight TENSOR_SPLIT cuts Shard(its axis)
+    (Q, K, V and the MLP's first layer by columns, the attention's output projection and
+    the MLP's second layer by rows: Megatron's cut), the rest Replicate. The layer's code
+    is unchanged (its global view): the ops' SPMD rules keep the heads and MLP features
+    cut between the two (seen: Shard(2) into out_proj and fc2) and reshard (all-reduce)
+    the row-parallel outputs and the replicated parameters' gradients. Every rank runs
+    the whole batch. (fleet's ColumnParallelLinear and RowParallelLinear, with fleet.init
+    at mp_degree 2, do not run on CPU: their forward, gloo, 2 processes: "Do not support
+    c_identity for cpu kernel now.")"""
+    whole_batch = True
+
+    def __init__(self, layer, split, lr, rank, world):
+        self.split = split
+        super().__init__(layer, lr, rank, world)
+
+    def _distribute(self, model, comm):
+        mesh = dist.ProcessMesh(list(range(self.world)), dim_names=["mp"])
+        # the layer's slots are the common order and layout: TENSOR_SPLIT's axes are theirs
+        axis = {id(p): a for p, a in zip(self.module.slots(), self.split)}
+
+        def shard(name, layer, mesh):
+            for key, p in list(layer.named_parameters(include_sublayers=False)):
+                layer.add_parameter(key, dist.shard_tensor(
+                    p, mesh, [dist.Replicate() if axis[id(p)] is None else dist.Shard(axis[id(p)])]))
+        dist.shard_layer(self.module, mesh, shard)
+        return model
+
+    def replica_params(self):
+        # every rank calls it: each distributed parameter gathered whole (a collective each)
+        return [[(dist.unshard_dtensor(p) if p.is_dist() else p).numpy()
+                 for p in self.module.slots()]]
+
+    def replica_state(self):
+        return [[]]                      # the ViT has none
+
+    # load_params is ModuleTrainer's: set_value shards a whole NumPy value as the
+    # parameter's placements say
+
+    def figures(self):
+        ps = self.module.slots()
+
+        def whole(p):            # held whole on every rank: a plain tensor or a replicated one
+            return not p.is_dist() or all(isinstance(q, dist.Replicate) for q in p.placements)
+        # _local_value: the rank's own piece of a distributed tensor
+        held = sum(int((p._local_value() if p.is_dist() else p).numel()) * p.element_size()
+                   for p in ps)
+        every = []
+        dist.all_gather_object(every, held)
+        size = [int(np.prod(p.shape)) * p.element_size() for p in ps]
+        return {"shard_bytes": every, "param_bytes": sum(size),
+                "replicated_bytes": sum(n for n, p in zip(size, ps) if whole(p))}
 
 
 class Native:
@@ -106,6 +168,16 @@ class Native:
             # BatchNorm2D -> SyncBatchNorm: batch statistics all-reduced over the ranks
             layer = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(layer)
         return DataParallelTrainer(layer, lr, rank, world, execution, **self.comm)
+
+    def build_tp_trainer(self, model, params, devices, lr, execution, rank, world):
+        if execution != "eager":
+            raise NotApplicable("the suite's auto-parallel tensor-parallel trainer runs eagerly; "
+                                "paddle.jit.to_static over distributed tensors is not tried here")
+        if world < 2:
+            raise NotApplicable("auto-parallel's cut over a ProcessMesh of the ranks: run 2 or "
+                                "more devices (a process each)")
+        layer = LAYERED["vit"](model, params, [])
+        return TPTrainer(layer, models.get(model).TENSOR_SPLIT, lr, rank, world)
 
     def join(self, rank, timeout=None):
         # paddle.distributed.launch has set its own variables; under common.launch.launcher,

@@ -12,9 +12,28 @@ def loss_sum(logits, y):
     return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
 
 
+def avg_pool(x):
+    return tf.nn.avg_pool2d(x, 2, 2, "VALID")
+
+
+@tf.custom_gradient
+def avg_pool_spmd(x):
+    """avg_pool with its gradient written out, for DTensor, which has no layout propagation
+    for AvgPoolGrad in TF 2.21 ("'tf.AvgPoolGrad' op does not implement layout
+    propagation"): each input of a 2x2 window gets a quarter of its output's gradient
+    (the rows and columns VALID dropped get none), the same numbers as AvgPoolGrad."""
+    def grad(g):
+        up = tf.repeat(tf.repeat(g / 4, 2, axis=1), 2, axis=2)
+        return tf.pad(up, [[0, 0], [0, x.shape[1] - up.shape[1]], [0, x.shape[2] - up.shape[2]], [0, 0]])
+    return avg_pool(x), grad
+
+
 class LeNet(ModelOps):
     # the flattened features are ordered (H, W, C) here, so W3's rows are permuted
     to_framework, from_framework = (staticmethod(f) for f in models.get("lenet").CHANNELS_LAST)
+
+    def __init__(self, pool=avg_pool):
+        self.pool = pool
 
     def apply(self, params, state, X, training):
         return self.apply_units(params, state, X, (0, 2), training)
@@ -23,8 +42,8 @@ class LeNet(ModelOps):
         # between the blocks the features are NHWC (what the next stage takes)
         if units[0] == 0:            # the conv block
             X = tf.transpose(X, [0, 2, 3, 1])
-            h1 = tf.nn.avg_pool2d(tf.nn.relu(tf.nn.conv2d(X, params[0], 1, "VALID") + params[1]), 2, 2, "VALID")
-            X = tf.nn.avg_pool2d(tf.nn.relu(tf.nn.conv2d(h1, params[2], 1, "VALID") + params[3]), 2, 2, "VALID")
+            h1 = self.pool(tf.nn.relu(tf.nn.conv2d(X, params[0], 1, "VALID") + params[1]))
+            X = self.pool(tf.nn.relu(tf.nn.conv2d(h1, params[2], 1, "VALID") + params[3]))
         if units[1] == 2:            # the dense block
             h3 = tf.nn.relu(tf.reshape(X, [-1, params[4].shape[0]]) @ params[4] + params[5])
             X = h3 @ params[6] + params[7]
@@ -155,3 +174,5 @@ class Models:
     models = {"lenet": LeNet(), "resnet18": ResNet18(), "vit": ViT("vit")}
     # native mode with sync_bn: the models whose BatchNorm then spans the replicas
     sync_bn_models = {"resnet18": ResNet18(synchronized=True)}
+    # fsdp and tp (DTensor): the models whose gradients need ops DTensor can lay out
+    dtensor_models = {"lenet": LeNet(pool=avg_pool_spmd)}

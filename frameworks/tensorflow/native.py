@@ -1,10 +1,19 @@
 """Native mode: tf.distribute.MirroredStrategy with a custom training loop
-(strategy.run, strategy.reduce) compiled with tf.function."""
+(strategy.run, strategy.reduce) compiled with tf.function.
+
+fsdp and tp: DTensor (tf.experimental.dtensor), one program over a mesh of the devices
+that DTensor's SPMD expansion cuts and fills with collectives. fsdp: a 1-D "batch" mesh,
+the batch and each parameter whose first axis the devices divide sharded along it (the
+rest replicated). tp: a 1-D "model" mesh, the batch whole on every device, the weights
+the model's TENSOR_SPLIT cuts laid out along "model" (Megatron's cut), the rest
+replicated."""
 import numpy as np
 import tensorflow as tf
+from tensorflow.experimental import dtensor
 
 from common import models
-from common.core.contract import Trainer
+from common.core.contract import NotApplicable, Trainer
+from common.facts import devices as dev
 from common.facts.data import shard_bounds
 from common.facts.settings import COMM_BUFFER_MB
 
@@ -111,6 +120,150 @@ class MirroredTrainer(Trainer):
             v.assign(s)
 
 
+# Why fsdp and tp have no compiled execution (measured in TF 2.21 on CPU)
+DTENSOR_NOT_XLA = ("DTensor compiles its programs with XLA only on TPUs: create_mesh("
+                   "use_xla_spmd=True) on CPUs raises \"XLA SPMD is not currently not supported "
+                   "for CPU mesh.\", and DTensor's own SPMD runs a tf.function(jit_compile=True) "
+                   "without XLA (no \"Compiled cluster using XLA!\" in the log, which the same "
+                   "function prints outside DTensor): run --execution graph or eager")
+# The models whose TensorFlow ops DTensor cannot lay out, with its error (TF 2.21)
+DTENSOR_CANNOT = {
+    "resnet18": ("DTensor cannot lay out ResNet-18's BatchNorm: \"'tf.FusedBatchNormV3' op "
+                 "does not implement layout propagation. Please file a feature request to TF "
+                 "DTensor.\" (and TensorFlow's HWIO filters' first axes, 1, 3 or 7, are not "
+                 "for 2 devices to divide: 0.16 % of its bytes would be sharded by rows)"),
+}
+# Why a batch must divide evenly here (recorded as the run's reason when it does not)
+EVEN_SHARDS = ("DTensor lays a tensor out in equal parts, one per device of the mesh; "
+               "{batch} images do not divide over {k} devices (choose a batch size that does)")
+
+
+class DTensorTrainer(Trainer):
+    """One model over a DTensor mesh of this process's devices (fsdp, tp: see the module's
+    docstring): DVariables laid out once and kept so, the step written for the whole batch."""
+    numbers_show_placement = False     # one program over the global batch
+
+    def __init__(self, ops, model, params, devices, lr, execution="graph", tensor=False):
+        self.ops, self.lr = ops, lr
+        self.split = models.get(model).TENSOR_SPLIT if tensor else None
+        self.devices = [tf_device(d) for d in devices]
+        self.mesh = dtensor.create_mesh([("model" if tensor else "batch", len(devices))],
+                                        devices=self.devices,
+                                        device_type=dev.parse(devices[0])[0].upper())
+        values = ops.to_framework(params)
+        self.layouts = [self._layout(np.shape(v), i) for i, v in enumerate(values)]
+        self.vars = [dtensor.DVariable(self._put(v, lay)) for v, lay in zip(values, self.layouts)]
+        self._rows = None
+        # autograph off: no tensor-dependent Python control flow to convert
+        self._step = (self._step_of if execution == "eager" else
+                      tf.function(self._step_of, autograph=False))
+        self._logits = tf.function(lambda params, X: ops.apply(params, [], X, False),
+                                   autograph=False)
+
+    def _layout(self, shape, i):
+        rank = len(shape)
+        if self.split is not None:     # tp: the model's cut, its parts over "model"
+            axis = self.split[i]
+            if axis is None:
+                return dtensor.Layout.replicated(self.mesh, rank)
+            return dtensor.Layout([dtensor.UNSHARDED] * axis + ["model"] +
+                                  [dtensor.UNSHARDED] * (rank - axis - 1), self.mesh)
+        if rank and shape[0] % self.mesh.size == 0:
+            return dtensor.Layout.batch_sharded(self.mesh, "batch", rank)
+        return dtensor.Layout.replicated(self.mesh, rank)
+
+    def _put(self, value, layout):
+        """A NumPy array as a DTensor of `layout`: copied to the mesh, then cut (each
+        device keeps its part)."""
+        whole = dtensor.copy_to_mesh(tf.constant(value), dtensor.Layout.replicated(
+            self.mesh, np.ndim(value)))
+        return dtensor.relayout(whole, layout)
+
+    def _batch(self, a, dtype):
+        if self.split is not None:     # tp: every device runs the whole batch
+            return dtensor.copy_to_mesh(tf.constant(a, dtype), dtensor.Layout.replicated(
+                self.mesh, a.ndim))
+        k = self.mesh.size
+        if len(a) % k:
+            raise NotApplicable(EVEN_SHARDS.format(batch=len(a), k=k))
+        # each device given its own rows
+        parts = [tf.constant(part, dtype) for part in np.split(a, k)]
+        return dtensor.pack(parts, dtensor.Layout.batch_sharded(self.mesh, "batch", a.ndim))
+
+    def _whole(self, params):
+        """The parameters laid out whole on every device: DTensor's all-gather of the cut
+        ones (its gradient, DTensor's, lays the gradients out as the variables, with the
+        collectives DTensor chooses). fsdp only: DTensor's convolution wants its filter whole ("Filter
+        for convolution must have fully replicated layout"), and each device computes its
+        rows of the batch with the whole weights, as FSDP does; tp keeps the cut."""
+        if self.split is not None:
+            return params
+        return [dtensor.relayout(p, dtensor.Layout.replicated(self.mesh, len(p.shape)))
+                for p in params]
+
+    def _step_of(self, X, y):
+        batch = tf.cast(tf.shape(X)[0], tf.float32)
+        with tf.GradientTape() as tape:
+            loss = loss_sum(self.ops.apply(self._whole(self.vars), [], X, True), y)
+        grads = tape.gradient(loss, self.vars)
+        with tf.name_scope("sgd"):           # the update's ops, by name in the profile
+            for v, g in zip(self.vars, grads):
+                v.assign_sub(self.lr * g / batch)
+        return loss / batch
+
+    def step(self, X, y):
+        X, y = self._batch(X, tf.float32), self._batch(y, tf.int64)
+        self._rows = [int(p.shape[0]) for p in dtensor.unpack(X)]
+        # eager ops that no DTensor input places (the tape's first gradient) run on the mesh
+        with dtensor.default_mesh(self.mesh):
+            return self._step(X, y)
+
+    def losses(self, handles):
+        return np.array([dtensor.unpack(h)[0].numpy() for h in handles])
+
+    def placement(self):
+        """The mesh's devices and each device's rows of the last step's images, read from
+        the step's input (DTensor does not give a program's FLOPs)."""
+        return {"devices": self.mesh.size, "processes": 1, "rows": self._rows, "flops": None}
+
+    def shard_arrays(self) -> list[list[np.ndarray]]:
+        """What each device holds of every parameter (its part of the cut ones, a whole
+        copy of the replicated ones), in the mesh's order."""
+        per_var = [dtensor.unpack(v.read_value()) for v in self.vars]
+        return [[parts[i].numpy() for parts in per_var] for i in range(self.mesh.size)]
+
+    def figures(self):
+        """Each device's bytes of the parameters between steps, the parameters' bytes (tp:
+        and those of the replicated ones)."""
+        whole = [int(np.prod(v.shape)) * v.dtype.size for v in self.vars]
+        out = {"shard_bytes": [sum(a.nbytes for a in d) for d in self.shard_arrays()],
+               "param_bytes": sum(whole)}
+        if self.split is not None:
+            out["replicated_bytes"] = sum(n for n, axis in zip(whole, self.split) if axis is None)
+        return out
+
+    def _gathered(self):
+        """The parameters gathered whole (DTensor's all-gather) onto the first device."""
+        return [dtensor.unpack(dtensor.relayout(v.read_value(), dtensor.Layout.replicated(
+            self.mesh, len(v.shape))))[0] for v in self.vars]
+
+    def logits(self, X):
+        # the first device's, as every framework evaluates: the parameters gathered onto it
+        params = self._gathered()
+        with tf.device(self.devices[0]):
+            return self._logits(params, tf.constant(X)).numpy()
+
+    def replica_params(self):
+        return [self.ops.from_framework([p.numpy() for p in self._gathered()])]
+
+    def replica_state(self):
+        return [[]]
+
+    def load_params(self, params, state):
+        for v, p, lay in zip(self.vars, self.ops.to_framework(params), self.layouts):
+            v.assign(self._put(p, lay))
+
+
 class Workers:
     """Several machines: MultiWorkerMirroredStrategy, workers started with TF_CONFIG
     (common.launch.nodes); it must exist before any other TensorFlow op of the process.
@@ -148,3 +301,22 @@ class Native(Workers):
             ops = self.sync_bn_models.get(model, ops)
         return MirroredTrainer(ops, params, models.get(model).init_state(), devices, lr,
                                execution, self.cluster_strategy if world > 1 else None)
+
+    def build_fsdp_trainer(self, model, params, devices, lr, execution, rank, world):
+        _dtensor_runs(model, execution)
+        return DTensorTrainer(self.dtensor_models.get(model, self.model_ops(model)), model,
+                              params, devices, lr, execution)
+
+    def build_tp_trainer(self, model, params, devices, lr, execution, rank, world):
+        _dtensor_runs(model, execution)
+        return DTensorTrainer(self.model_ops(model), model, params, devices, lr, execution,
+                              tensor=True)
+
+
+def _dtensor_runs(model, execution):
+    """Raise NotApplicable where DTensor cannot run `model` as `execution` says."""
+    if execution == "compiled":
+        raise NotApplicable(DTENSOR_NOT_XLA)
+    why = DTENSOR_CANNOT.get(models.family(model))
+    if why:
+        raise NotApplicable(why)

@@ -464,8 +464,13 @@ def fsdp_two_devices_match_oracle(b, name):
                       "through the worker (tests/test_training.py)")
     model, tol = models.get(name), TOLERANCES[name]
     params = _nontrivial_params(model)
-    trainer = b.fsdp_trainer(name, params, b.devices(2), CHECK_LR,
-                             registry.default_execution(b.name, "fsdp"))
+    try:
+        trainer = b.fsdp_trainer(name, params, b.devices(2), CHECK_LR,
+                                 registry.default_execution(b.name, "fsdp"))
+    except NotApplicable as e:
+        if name == "lenet":      # the mode's own model: a framework without it lists the gap
+            raise
+        raise Skipped(f"{b.name}'s fsdp mode cannot run {name}: {e}") from None
     got = _one_model_steps_match_oracle(b, trainer, model, params, "fsdp")
     _placement_matches(trainer, model, 2, ORACLE_BATCH[name], "fsdp")
     whole = [np.asarray(w) for w in b.model_ops(name).to_framework(got)]

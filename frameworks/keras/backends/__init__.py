@@ -17,6 +17,8 @@ What each backend module holds:
   and its gradients, by the backend's autodiff (Keras 3 has no backend-neutral gradient);
 - `refuse(model, devices, execution, sync_bn)`: raises where native mode cannot run that;
 - `placement(devices, sync_bn, strategy)`: how model.fit spreads over the devices;
+- `laid_out(devices, mode, mesh)`: fsdp's and tp's placement, one model laid out over the
+  devices (keras.distribution.ModelParallel), or NotApplicable with the row's gap;
 - `compiled(model, execution)`: what the backend needs after model.compile.
 """
 import importlib

@@ -4,10 +4,13 @@ tf.distribute strategy, the gradients by tf.GradientTape."""
 import keras
 import tensorflow as tf    # `tf`: Keras's arrays are its tensors (see backends/__init__.py)
 
-from common.core.contract import NeedsGPU
+from common.core.contract import NeedsGPU, NotApplicable
+from common.facts import registry
 from frameworks.tensorflow.devices import Devices as TensorFlowDevices, tf_device
 from frameworks.tensorflow.native import Workers, mirrored_values
 from frameworks.tensorflow.profile import TFProfiler as Profiler  # noqa: F401
+
+from . import FRAMEWORK
 
 SYNC_BN = True      # BatchNormalization(synchronized=True): the strategy's all-reduce
 
@@ -156,6 +159,14 @@ def refuse(model, devices, execution, sync_bn):
 
 def placement(devices, sync_bn, strategy=None):
     return StrategyPlacement(devices, sync_bn, strategy)
+
+
+def laid_out(devices, mode, mesh):
+    """fsdp and tp (keras.distribution.ModelParallel) are JAX's alone in Keras 3.15: here
+    ModelParallel is made, but TensorFlow's Variable never asks it for a layout (measured:
+    a kernel laid out ("batch", None) stays one whole ResourceVariable on CPU:0, and fit
+    runs as if no layout were there); the facts' gap says so."""
+    raise NotApplicable(registry.gap(FRAMEWORK, mode))
 
 
 def compiled(model, execution):

@@ -43,6 +43,11 @@ def placement(devices, sync_bn, strategy=None):
     return OneDevice(devices, sync_bn)
 
 
+def laid_out(devices, mode, mesh):
+    """fsdp and tp need keras.distribution, which Keras 3.15's torch backend lacks."""
+    raise NotApplicable(registry.gap(FRAMEWORK, mode))
+
+
 def compiled(model, execution):
     if execution == "compiled":
         # Keras's torch train_step starts with Module.zero_grad, whose `if p.grad is not
