@@ -11,6 +11,8 @@ on 2 emulated nodes (compare --network netns, 1 core per node, synthetic data):
   (benchmarks.workers.link_probe: torch's gloo ring, no compute beside it);
 - the step of every engine at each --rates link rate, with the bytes each node sent;
 
+with --modes, the node runs of every split (data parallelism, fsdp and tp: issue 52's
+lesson for the transformer), at each of --nodes' counts;
 then, on the slow --ps-rate link, the parameter server (MXNet, a server per node and one
 server) against a ring (PyTorch's DDP) at each --ps-nodes count. DIR/links.md (tables,
 the predictor validated across links out of sample) and DIR/links-<model>.png, rebuilt
@@ -22,6 +24,7 @@ over one already there) and rebuilds DIR's page from both."""
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import subprocess
@@ -30,6 +33,7 @@ from pathlib import Path
 
 from common import models
 from common.core import perf
+from common.core.modes import MODES
 from common.facts import registry
 from common.launch import netns
 
@@ -52,6 +56,9 @@ def _one_per_engine() -> tuple[str, ...]:
 ENGINES = _one_per_engine()
 PS = "mxnet"
 RUNS = ("compute", "nodes", "ps")
+# how the node runs split the model (--modes): data parallelism (the framework's engine),
+# and the two splits of issue 52 where the framework runs them a process per device
+SPLITS = ("native", "fsdp", "tp")
 # per model (its COMMANDS["links"]): the per-device batch of the node runs, the compute
 # batches, the rates and the steps per epoch
 DEFAULTS = {name: models.get(name).COMMANDS["links"] for name in models.NAMES}
@@ -89,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps-per-epoch", type=positive, default=None,
                    help="steps in each timed epoch (default per model: " + ", ".join(
                        f"{m} {d['steps']}" for m, d in DEFAULTS.items()) + ")")
+    p.add_argument("--modes", default="native",
+                   help="how the node runs split the model: " + ", ".join(SPLITS) + " (data "
+                        "parallelism, sharded, tensor parallel; a comma-separated list)")
+    p.add_argument("--nodes", default=[2],
+                   type=int_list("--nodes", "node counts like 2,4", "2 or more", least=1),
+                   help="node counts of the node runs (default 2; the link probe runs at 2)")
     p.add_argument("--ps-nodes", default="2,3,4",
                    type=int_list("--ps-nodes", "node counts like 2,3,4", "2 or more", least=1),
                    help="node counts of the parameter server against ring runs (LeNet)")
@@ -108,10 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def compare(out: Path, framework: list[str], model: str, extra: list[str]) -> int:
+def compare(out: Path, framework: list[str], model: str, extra: list[str],
+            modes: tuple[str, ...] = ("native",)) -> int:
     """One compare command (its own process, records in `out`); its exit code."""
     cmd = [sys.executable, "-m", "benchmarks.compare", "--framework", ",".join(framework),
-           "--model", model, "--mode", "native", "--dataset", "synthetic", "--epochs", "2",
+           "--model", model, "--mode", ",".join(modes), "--dataset", "synthetic", "--epochs", "2",
            "--eval-samples", "256", "--peak-gemm-size", "0", "--no-plots", "--out", str(out),
            *extra]
     print(" ".join(cmd[1:]), flush=True)
@@ -149,12 +163,16 @@ def run(args, out: Path) -> int:
             code = max(code, compare(base / f"compute-b{c}", frameworks, model, [
                 "--batch-size", str(c), "--devices", "1", "--cores-per-device", "1",
                 "--steps-per-epoch", steps]))
-        for rate in rates if "nodes" in runs else []:
-            probe(base / f"probe-n2-{rate}.json", 2, rate, models.param_bytes(model))
-            code = max(code, compare(base / f"n2-{rate}", frameworks, model, [
-                "--batch-size", str(2 * b), "--devices", "1", "--cores-per-device", "1",
-                "--nodes", "2", "--network", "netns", "--link", rate,
-                "--steps-per-epoch", steps]))
+        modes = tuple(names(args.modes, SPLITS, "modes"))
+        for n, rate in [(n, r) for n in args.nodes for r in rates] if "nodes" in runs else []:
+            if n == 2:
+                probe(base / f"probe-n2-{rate}.json", 2, rate, models.param_bytes(model))
+            # a core per node where the machine has them; else the nodes share its threads
+            own_core = ["--cores-per-device", "1"] if n <= (os.cpu_count() or 1) else []
+            code = max(code, compare(base / f"n{n}-{rate}", frameworks, model, [
+                "--batch-size", str(n * b), "--devices", "1", *own_core,
+                "--nodes", str(n), "--network", "netns", "--link", rate,
+                "--steps-per-epoch", steps], modes))
     if args.ps_nodes and "ps" in runs and "lenet" in names(args.model, models.NAMES, "model"):
         b = args.batch_per_device or DEFAULTS["lenet"]["batch"]
         rate = args.ps_rate[0]
@@ -175,6 +193,14 @@ def resolve(args) -> None:
     names(args.framework, ENGINES, "framework")
     names(args.model, models.NAMES, "model")
     names(args.runs, RUNS, "runs")
+    if args.nodes[0] < 2:
+        raise UsageError(f"--nodes {','.join(map(str, args.nodes))}: node runs span 2 or "
+                         "more nodes")
+    for m in names(args.modes, SPLITS, "modes"):
+        for model in names(args.model, models.NAMES, "model"):
+            why = MODES[m].bad_input(model, args.nodes)
+            if why:
+                raise UsageError(f"--modes {m}: {why}")
     netns.rate_bits(args.fit_rate)        # ValueError: not a rate
     can_emulate()
 

@@ -113,7 +113,7 @@ def plan(args) -> list[dict]:
                 continue
             for m in modes:
                 if (f, m) in registry.KNOWN_GAPS or (args.nodes > 1 and (
-                        MODES[m].across_nodes() or registry.gap(f, "nodes"))):
+                        MODES[m].across_nodes(f) or registry.gap(f, "nodes"))):
                     continue
                 run, refused = arms(f, m, None if wanted is None else wanted[f], device_kind,
                                     args.nodes)

@@ -27,8 +27,10 @@ from tests.helpers.link_faults import (  # noqa: F401
     test_the_links_state_names_a_link_down_and_one_throttled)
 from tests.conftest import (RUN_SHAPE, ROOT, covered, having, interrupt, lacking, planted_run,
                             subprocess_env)
+from common.core.modes import MODES
 from tests.test_training import (GLOROT, GLOROT_LOSS_ATOL, _agree, _glorot_oracle,
-                                 _lenet_glorot_config, _ok, _same_params, _same_update)
+                                 _lenet_glorot_config, _ok, _same_params, _same_update,
+                                 _tp_holds)
 
 STEPS = GLOROT["steps"]   # from Glorot weights: see GLOROT in tests/test_training.py (why 3)
 JOIN_TIMEOUT = 60        # seconds; each test's bound on a lost node
@@ -112,6 +114,27 @@ def _as_one_process(two):
            GLOROT_LOSS_ATOL[:STEPS])
     _same_params(two["param_fingerprint"], fingerprint, "2 nodes vs 1 process, the oracle")
     _same_update(two, _glorot_oracle(), "lenet", "2 nodes vs 1 process, the oracle")
+
+
+# The frameworks whose own tensor parallelism spans machines (a process per device: its
+# engine starter starts them as native mode's)
+TP_ACROSS = [f for f in covered() if MODES["tp"].across_nodes(f) is None]
+
+
+@pytest.mark.parametrize("framework", TP_ACROSS)
+def test_tensor_parallelism_across_two_nodes_is_one_device(worker_record, framework):
+    """The tiny ViT cut over 2 emulated nodes by the framework's own tensor parallelism,
+    a process on each, from Glorot weights: as one device on the whole batch (native x1,
+    the oracle's update), each node holding its half of the split weights; the link
+    carried the activations' all-reduces (far more than the parameters' bytes: DDP's
+    replicas in tp's place would move only the gradients, tests/test_training.py)."""
+    two = _ok(worker_record(framework, "tp", 1, "vit_tiny", nodes=2, join_timeout=JOIN_TIMEOUT,
+                            **GLOROT, **NODES))
+    assert (two["nodes"], two["world_size"], two["engine_starter"] is not None) == (2, 2, True)
+    _tp_holds(worker_record, framework, two)
+    if EMULATED:
+        sent = [b / two["link"]["timed_steps"] for b in two["link"]["tx_bytes"]]
+        assert min(sent) > 2 * models.param_bytes("vit_tiny"), sent
 
 
 def _rank_processes(node: int) -> list[int]:

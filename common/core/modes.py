@@ -51,8 +51,9 @@ class Mode(ABC):
                 or (registry.gap(framework, "sync-bn") if sync_bn else None)
                 or (registry.gap(framework, execution) if execution else None))
 
-    def across_nodes(self) -> str | None:
-        """Why this mode does not run across several machines, or None where it does."""
+    def across_nodes(self, framework: str) -> str | None:
+        """Why this mode does not run across several machines in `framework`, or None
+        where it does."""
         return (f"{self.name} mode runs on one machine; across machines the suite runs each "
                 "framework's own distributed engine: --mode native")
 
@@ -132,7 +133,7 @@ class Native(Mode):
     def mechanism(self, facts):
         return facts.native
 
-    def across_nodes(self):
+    def across_nodes(self, framework):
         return None
 
     def processes(self, framework, devices):
@@ -161,6 +162,14 @@ class Fsdp(Mode):
         one_per_device = registry.facts(framework).native_processes and not self.gap(framework)
         return devices if one_per_device else 1
 
+    def across_nodes(self, framework):
+        # a process per device joins a process group that spans machines as on one (its
+        # engine starter, as native mode's); one process over its devices does not
+        if self.processes(framework, 2) == 1:
+            return (f"{self.name} mode runs across machines where the framework runs it a "
+                    f"process per device (PyTorch's); {framework}'s runs in one process")
+        return None
+
     def precheck(self, backend, cfg, devices):
         if cfg.sync_bn:
             raise NotApplicable("fsdp mode keeps each device's BatchNorm statistics; "
@@ -179,6 +188,7 @@ class Tp(Mode):
     every_rank_predicts = True       # the ranks hold parts of the weights: all evaluate
     speedup_against = "native"       # DTensor's needs 2 ranks: no 1-device row of its own
     processes = Fsdp.processes
+    across_nodes = Fsdp.across_nodes
 
     def precheck(self, backend, cfg, devices):
         Tensor.precheck(self, backend, cfg, devices)
@@ -251,10 +261,12 @@ MODES: dict[str, Mode] = {m.name: m for m in (
                      "and rows of the MLP; all-reduces of the activations after the row-parallel "
                      "layers, forward and backward", default=False),
     Fsdp("fsdp", "the framework's own sharded data parallelism: PyTorch's FSDP2 (a process "
-                 "per device), JAX's parameters sharded over the mesh's data axis", default=False),
+                 "per device), JAX's parameters sharded over the mesh's data axis, "
+                 "TensorFlow's DTensor layouts, Keras's ModelParallel on JAX", default=False),
     Tp("tp", "the framework's own tensor parallelism: PyTorch's DTensor parallelize_module "
-             "(a process per device), JAX's weights cut over a \"model\" mesh axis under jit",
-       default=False),
+             "and Paddle's auto-parallel shard_layer (a process per device), JAX's weights "
+             "cut over a \"model\" mesh axis under jit, TensorFlow's DTensor layouts, "
+             "Keras's ModelParallel on JAX", default=False),
     DataParallel("dataparallel", "torch.nn.DataParallel, the chapter's concise PyTorch: one "
                                  "process replicating the module onto every GPU each step",
                  default=False),

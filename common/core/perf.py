@@ -47,25 +47,46 @@ def ring_bytes(p: float, n: int) -> float:
     return 2 * (n - 1) / n * p
 
 
-def sharded_bytes(p: float, n: int, regather: bool = True) -> float:
+def sharded_bytes(p: float, n: int, regather: bool = True,
+                  scatter_as_all_reduce: bool = False) -> float:
     """Bytes each of n devices sends a step in sharded data parallelism (ZeRO-3, PyTorch
     FSDP: Rajbhandari et al. 2020) over p bytes of parameters: an all-gather of the
     parameters before the forward pass, another before the backward pass (regather: the
     gathered parameters freed after the forward pass, FSDP2's reshard_after_forward=True),
     and a reduce-scatter of the gradients, each (n-1)/n x p: 3(n-1)/n x p, 1.5 times
     ring_bytes' 2(n-1)/n x p; gathered once and kept through the backward pass
-    (common/core/sharded.py), 2(n-1)/n x p (issue 52; a calculation)."""
-    return (3 if regather else 2) * (n - 1) / n * p
+    (common/core/sharded.py), 2(n-1)/n x p (issue 52; a calculation).
+    scatter_as_all_reduce: a collective library whose reduce-scatter sends an all-reduce's
+    bytes (GLOO_REDUCE_SCATTER_AS_ALL_REDUCE): 4(n-1)/n x p with regather, twice a ring's."""
+    scatter = ring_bytes(p, n) if scatter_as_all_reduce else (n - 1) / n * p
+    return (2 if regather else 1) * (n - 1) / n * p + scatter
 
 
-def tensor_parallel_bytes(activation_bytes: float, blocks: int, n: int) -> float:
+# torch 2.13's gloo (the CPU collectives of PyTorch's FSDP2) sends as many bytes in
+# reduce_scatter_tensor as in all_reduce of the same tensor: 1.002 and 1.504 times the
+# tensor's bytes per rank on 2 and 4 emulated nodes (all_gather_into_tensor 0.501 and
+# 0.752, a ring's (n-1)/n), measured on netns links (docs/results/cpu-2core-vit-splits-
+# links.md): it reduces the whole tensor and keeps its part
+GLOO_REDUCE_SCATTER_AS_ALL_REDUCE = True
+
+
+def tensor_parallel_bytes(activation_bytes: float, blocks: int, n: int,
+                          backward_all_reduces: int = 2) -> float:
     """Bytes each of n devices sends a step in tensor parallelism (Megatron-LM: Shoeybi et
     al. 2019): per transformer block, two ring all-reduces of the activations forward (after
     the attention's output projection and the MLP's second layer, both row-parallel) and
-    two backward (the gradients of the column-parallel layers' inputs), each of
-    `activation_bytes` (batch x tokens x width x the bytes of an element): 4 x blocks x
-    ring_bytes(activation_bytes, n) (issue 52; a calculation)."""
-    return 4 * blocks * ring_bytes(activation_bytes, n)
+    two backward (the gradients of the column-parallel layers' inputs: Megatron's fused
+    QKV, the MLP's first layer), each of `activation_bytes` (batch x tokens x width x the
+    bytes of an element): 4 x blocks x ring_bytes(activation_bytes, n) (issue 52; a
+    calculation). backward_all_reduces: where Q, K and V are three column-parallel layers
+    that each all-reduce their input's gradient (DTensor's ColwiseParallel on each, as
+    PyTorch's tp mode plans them: DTENSOR_BACKWARD_ALL_REDUCES), 4 backward, 6 a block."""
+    return (2 + backward_all_reduces) * blocks * ring_bytes(activation_bytes, n)
+
+
+# PyTorch's tp mode (DTensor): Q, K, V and fc1 each ColwiseParallel, each all-reducing its
+# input's gradient in the backward pass (frameworks/pytorch/native.py TPTrainer)
+DTENSOR_BACKWARD_ALL_REDUCES = 4
 
 
 def ring_sec(nbytes: float, k: int, latency: float, bandwidth: float) -> float:

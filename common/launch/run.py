@@ -184,7 +184,7 @@ def _run_nodes(cfg: RunConfig, record: dict, mode, tell: bool, trace_path: Path 
         return mark_not_installed(record)
     network = networks.get(cfg.network)
     facts = registry.facts(cfg.framework)
-    why = (mode.across_nodes() or registry.gap(cfg.framework, "nodes")
+    why = (mode.across_nodes(cfg.framework) or registry.gap(cfg.framework, "nodes")
            or mode.gap(cfg.framework, execution=cfg.execution))
     if why is None and cfg.sync_bn:
         why = "synchronised BatchNorm across machines is not run by the suite (one machine only)"

@@ -66,6 +66,39 @@ def exchange_bytes(model: str, n: int, placement: str | None) -> float:
     return perf.exchange_bytes(perf.key_sizes(model), n, placement)
 
 
+def split_bytes(model: str, mode: str, n: int, batch: int) -> float:
+    """Each node's bytes sent a step by a split of issue 52 across n nodes, on the engine
+    that runs it across machines (PyTorch's, a process per device on gloo: perf's
+    measured facts): fsdp, FSDP2's two all-gathers and its reduce-scatter, which gloo
+    sends as an all-reduce; tp, DTensor's two all-reduces of the batch's activations
+    forward and four backward (Q, K, V and fc1 each its input's gradient) a block, every
+    node running the whole batch of `batch` images."""
+    if mode == "fsdp":
+        return perf.sharded_bytes(models.param_bytes(model), n, regather=True,
+                                  scatter_as_all_reduce=perf.GLOO_REDUCE_SCATTER_AS_ALL_REDUCE)
+    m = models.get(model)
+    activations = 4 * batch * m.TOKENS * m.SIZE["width"]
+    return perf.tensor_parallel_bytes(activations, m.SIZE["blocks"], n,
+                                      perf.DTENSOR_BACKWARD_ALL_REDUCES)
+
+
+def row_exchange_bytes(row: "Row") -> float:
+    """How long a row's step keeps its links busy, in one link's bytes: data parallelism's
+    exchange (exchange_bytes), or its split's collectives (split_bytes: each a ring's, so
+    its bytes flow without waiting)."""
+    if row.mode == "native":
+        return exchange_bytes(row.model, row.nodes, row.placement)
+    return split_bytes(row.model, row.mode, row.nodes, row.record["batch_size"])
+
+
+def row_sent_bytes(row: "Row") -> list[float]:
+    """Each node's calculated bytes sent a step for a row (sent_bytes, or its split's:
+    every node the same)."""
+    if row.mode == "native":
+        return sent_bytes(row.model, row.nodes, row.placement)
+    return [split_bytes(row.model, row.mode, row.nodes, row.record["batch_size"])] * row.nodes
+
+
 def _records(folder: Path) -> list[dict]:
     try:
         return load_records(folder) if folder.is_dir() else []
@@ -94,6 +127,15 @@ class Row:
     def step(self) -> float:
         return step_sec(self.record)
 
+    @property
+    def mode(self) -> str:
+        return self.record.get("mode", "native")
+
+    @property
+    def engine(self) -> str:
+        """The framework, and its split where the row is not data parallel."""
+        return self.framework if self.mode == "native" else f"{self.framework} {self.mode}"
+
     def sent(self) -> list[float] | None:
         link = self.record.get("link") or {}
         if not link.get("tx_bytes") or not link.get("timed_steps"):
@@ -117,11 +159,11 @@ def load(out: Path) -> dict:
         probes = {p.name[len("probe-n2-"):-len(".json")]: json.loads(p.read_text())
                   for p in base.glob("probe-n2-*.json")}
         rows = []
-        for folder in base.glob("n2-*"):
+        for folder in base.glob("n*-*"):             # n{nodes}-{rate}: the node runs
             for r in _records(folder):
                 data["records"].append(r)
-                rate = (r.get("link") or {}).get("rate") or folder.name[3:]
-                rows.append(Row(model, r["framework"], rate, 2, _placement(r), r))
+                rate = (r.get("link") or {}).get("rate") or folder.name.split("-", 1)[1]
+                rows.append(Row(model, r["framework"], rate, nodes_of(r), _placement(r), r))
         data["models"][model] = {"compute": compute, "probes": probes, "rows": rows,
                                  "batch": _node_batch(rows)}
     for folder in sorted((out / "ps").glob("n*-*")) if (out / "ps").is_dir() else []:
@@ -172,12 +214,17 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.0f} %"
 
 
+def _ring_rows(m: dict) -> list[Row]:
+    """The model's data-parallel rows on 2 nodes (the links' lesson, probe beside them)."""
+    return [r for r in m["rows"] if r.mode == "native" and r.nodes == 2]
+
+
 def lesson_table(model: str, m: dict) -> list[str]:
     p = models.param_bytes(model)
     out = [f"| engine | link | t1 ms | t2 ms (probe) | step ms | exposed ms | hidden ms (% of t2) "
            f"| sent MB/step node 0, 1 | ring formula MB | t1 / t2 | batch for t1 >= {RULE} t2 |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for row in sorted(m["rows"], key=lambda r: (r.framework, _rate_key(r.rate))):
+    for row in sorted(_ring_rows(m), key=lambda r: (r.framework, _rate_key(r.rate))):
         if not row.ok:
             error = (row.record.get("error") or "").splitlines()
             out.append(f"| {row.framework} | {row.rate} | {row.record['status']}: "
@@ -199,6 +246,55 @@ def lesson_table(model: str, m: dict) -> list[str]:
             f"{ring_bytes(p, 2) / MB:.2f}", "-" if not (t1 and t2) else f"{t1 / t2:.2f}",
             f"{rule if rule else '> 65536'} |"]))
     return out
+
+
+def link_efficiency(m: dict, model: str, rate: str) -> float | None:
+    """The link's bytes per second over its rate's, from the probe's ring all-reduce of the
+    model's gradients at `rate` (2 nodes); None without that probe."""
+    t2 = probe_sec(m["probes"].get(rate))
+    if not t2 or rate == netns.UNSHAPED:
+        return None
+    return ring_bytes(models.param_bytes(model), 2) / t2 / (netns.rate_bits(rate) / 8)
+
+
+def splits_table(model: str, m: dict, fit_rate: str) -> list[str]:
+    """Data parallelism beside the splits of issue 52 at each node count and link: each
+    row's step, the bytes its nodes sent against its collectives' (row_sent_bytes), t2
+    as those bytes at the probe's efficiency at fit_rate (a calculation), what of the step
+    the link does not explain, and the fastest split at each link. [] where the model's
+    node runs are data parallel on 2 nodes alone (lesson_table holds them)."""
+    if all(r.mode == "native" and r.nodes == 2 for r in m["rows"]):
+        return []
+    eff = link_efficiency(m, model, fit_rate)
+    ok = [r for r in m["rows"] if r.ok]
+    out = ["| nodes | link | split | step ms | sent MB/step (each node) | calculated MB/step "
+           "| measured / calculated | t2 ms (calculated) | step - t2 ms | t1 ms (one device) "
+           "| fastest here |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in sorted(m["rows"], key=lambda r: (r.nodes, _rate_key(r.rate), SPLIT_ORDER.get(r.mode, 9))):
+        if not row.ok:
+            error = (row.record.get("error") or "").splitlines()
+            out.append(f"| {row.nodes} | {row.rate} | {row.engine} | {row.record['status']}: "
+                       f"{error[0][:120] if error else ''} | | | | | | | |")
+            continue
+        sent, calc = row.sent(), row_sent_bytes(row)[0]
+        rate = netns.rate_bits(row.rate)          # None: unshaped, no rate to scale
+        t2 = row_exchange_bytes(row) / (eff * rate / 8) if eff and rate else None
+        # a one-device run measures a node's compute where the split keeps a device's
+        # share of the batch (data parallel, fsdp); tp's node runs the whole batch
+        t1 = dict(m["compute"].get(row.framework, [])).get(m["batch"]) if row.mode != "tp" else None
+        fastest = min((r for r in ok if (r.nodes, r.rate) == (row.nodes, row.rate)),
+                      key=lambda r: r.step)
+        out.append(" | ".join([
+            f"| {row.nodes}", row.rate, row.engine, _ms(row.step),
+            "-" if not sent else ", ".join(f"{x / MB:.2f}" for x in sent), f"{calc / MB:.2f}",
+            "-" if not sent else f"{max(sent) / calc:.2f}", _ms(t2),
+            _ms(row.step - t2) if t2 is not None else "-", _ms(t1),
+            ("yes" if fastest is row else "") + " |"]))
+    return out
+
+
+# the splits' order in a table: data parallelism first, then sharded, then tensor parallel
+SPLIT_ORDER = {"native": 0, "fsdp": 1, "tp": 2}
 
 
 def ps_table(data: dict) -> list[str]:
@@ -230,16 +326,16 @@ def sent_misses(rows: list[Row], calculate=None, within: float = 0.10) -> list[s
     `within` of the calculated loads (largest first; which node a server rank lands on
     is ps-lite's choice): each as a line naming the row and the worst node. Framing
     adds 2-8 % (measured on the ring's rows)."""
-    calculate = calculate or sent_bytes
     out = []
     for row in rows:
         sent = row.sent() if row.ok else None
         if not sent:
             continue
-        calc = sorted(calculate(row.model, row.nodes, row.placement), reverse=True)
+        calc = sorted(calculate(row.model, row.nodes, row.placement) if calculate
+                      else row_sent_bytes(row), reverse=True)
         worst = max((m / c - 1 for m, c in zip(sorted(sent, reverse=True), calc)), key=abs)
         if abs(worst) > within:
-            out.append(f"{row.framework} {row.placement or 'ring'} at {row.nodes} nodes: "
+            out.append(f"{row.engine} {row.placement or 'ring'} at {row.nodes} nodes: "
                        f"a node {100 * worst:+.0f} % from its calculated bytes")
     return out
 
@@ -263,28 +359,28 @@ def predictions(data: dict, fit_rate: str) -> list[dict]:
         if not probe_fit or b is None:        # b None: node runs at several batches
             continue
         eff = ring_bytes(p, 2) / probe_fit / fit_bytes_s
-        fits = {}
+        fits = {}         # (framework, mode): o fitted to its 2-node step at fit_rate
         for fw, points in m["compute"].items():
             held = [pt for pt in points if pt[0] != b]
-            at_fit = [r for r in m["rows"] if r.framework == fw and r.rate == fit_rate and r.ok]
-            if len(held) >= 2 and at_fit:
+            at_fit = [r for r in m["rows"] if r.framework == fw and r.rate == fit_rate
+                      and r.nodes == 2 and r.ok]
+            for r in at_fit if len(held) >= 2 else []:
                 t1 = Compute(held)
-                fits[fw] = (t1, at_fit[0].step - t1(b) - exchange_bytes(
-                    model, 2, at_fit[0].placement) / (eff * fit_bytes_s))
+                fits[fw, r.mode] = (t1, r.step - t1(b) - row_exchange_bytes(r) / (eff * fit_bytes_s))
         for row in [*m["rows"], *(data["ps"] if model == "lenet" else [])]:
-            if not row.ok or row.rate == fit_rate:
+            if not row.ok or (row.rate == fit_rate and row.nodes == 2):
                 continue
-            if row.rate == netns.UNSHAPED or row.framework not in fits:
+            if row.rate == netns.UNSHAPED or (row.framework, row.mode) not in fits:
                 rows.append({"row": row, "why": "unshaped: no rate to scale"
                              if row.rate == netns.UNSHAPED else "no fit at " + fit_rate})
                 continue
-            t1_fit, overhead = fits[row.framework]
+            t1_fit, overhead = fits[row.framework, row.mode]
             cores = (row.record.get("env") or {}).get("cpu_count") or 1
             # n nodes on fewer cores (the PS rows share them): each computes that much slower
             share = 1.0 if row.record.get("cores_per_device") else max(1.0, row.nodes / cores)
             t1 = share * t1_fit(row.record["batch_size"] // row.nodes)
             rate = netns.rate_bits(row.rate) / 8
-            t2 = exchange_bytes(model, row.nodes, row.placement) / (eff * rate)
+            t2 = row_exchange_bytes(row) / (eff * rate)
             t1_measured = dict(m["compute"].get(row.framework, [])).get(b)
             probe = (data["ps_probes"] if row in data["ps"] else m["probes"])
             t2_probe = probe_sec(probe.get(row.nodes if row in data["ps"] else row.rate))
@@ -339,7 +435,7 @@ def misses(preds: list[dict], data: dict) -> list[str]:
         r = p["row"]
         if "why" not in p and p["t2_share"] >= T2_SHARE and abs(p["err"]) > WITHIN:
             servers = {None: "ring", "per-node": "a server per node", "one": "one server"}
-            out.append(f"| step | {r.model} {r.framework}, {r.nodes} nodes, "
+            out.append(f"| step | {r.model} {r.engine}, {r.nodes} nodes, "
                        f"{servers[r.placement]}, {r.rate} | {_pct(p['err'])} "
                        f"(t2 {100 * p['t2_share']:.0f} % of the step) |")
     for model, m in data["models"].items():
@@ -360,11 +456,11 @@ def prediction_table(preds: list[dict]) -> list[str]:
         r = p["row"]
         servers = {None: "-", "per-node": "per node", "one": "one"}[r.placement]
         if "why" in p:
-            out.append(f"| {r.model} | {r.framework} | {servers} | {r.nodes} | {r.rate} | "
+            out.append(f"| {r.model} | {r.engine} | {servers} | {r.nodes} | {r.rate} | "
                        f"{_ms(r.step)} | {p['why']} | | | | | |")
             continue
         out.append(" | ".join([
-            f"| {r.model}", r.framework, servers, str(r.nodes), r.rate, _ms(r.step),
+            f"| {r.model}", r.engine, servers, str(r.nodes), r.rate, _ms(r.step),
             f"{_ms(p['t1'])} + {_ms(p['o'])} + {_ms(p['t2'])} = {_ms(p['step'])}",
             _pct(p["err"]),
             _pct(p["err_t2_0"]), _pct(p["t1_err"]), _pct(p["t2_err"]),
@@ -373,7 +469,7 @@ def prediction_table(preds: list[dict]) -> list[str]:
 
 
 def plot(out: Path, model: str, m: dict) -> Path | None:
-    ok = [r for r in m["rows"] if r.ok]
+    ok = [r for r in _ring_rows(m) if r.ok]
     if not ok:
         return None
     import matplotlib
@@ -445,6 +541,9 @@ def write_page(out: Path, fit_rate: str) -> int:
                   *lesson_table(model, m), ""]
         if plot(out, model, m):
             lines += [f"![{model}](links-{model}.png)", ""]
+        if splits_table(model, m, fit_rate):
+            lines += [f"## {model}: data, sharded and tensor parallelism side by side", "",
+                      *splits_table(model, m, fit_rate), ""]
     if data["ps"]:
         lines += ["## Parameter server against ring (LeNet)", "", *ps_table(data), ""]
     preds = predictions(data, fit_rate)
