@@ -15,7 +15,7 @@ STAMPS := $(STAMP) $(foreach e,$(ENVS),$(VENV)-$(e)/.installed)
 FMNIST := /usr/share/datasets/fashion-mnist
 ARGS   ?=
 
-.PHONY: compare test test-kernel-paths install data slurm clean
+.PHONY: compare test test-kernel-paths install data allocators slurm clean
 
 install: $(STAMPS)
 
@@ -38,6 +38,15 @@ data:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist; } || \
 	  echo "note: could not install Debian's dataset-fashion-mnist; compare will look elsewhere"
 
+# Debian's jemalloc and tcmalloc, the allocators the settings preload (common/facts/settings.py;
+# tests/test_setting_effects.py sees them loaded); without them those settings are refused
+ALLOC := /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+allocators:
+	@ls $(ALLOC) >/dev/null 2>&1 || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  libjemalloc2 libtcmalloc-minimal4; } || \
+	  echo "note: could not install Debian's libjemalloc2 and libtcmalloc-minimal4; the allocator settings will say why they cannot run"
+
 # Debian's slurm-wlm (22.05) and munge: tests/test_slurm.py brings up its own controller
 # and a node daemon in each emulated node (tests/helpers/slurm_cluster.py); none is started here
 slurm:
@@ -46,14 +55,14 @@ slurm:
 	  apt-get install -y -qq --no-install-recommends slurm-wlm munge; } || \
 	  { echo "make slurm: could not install Debian's slurm-wlm and munge (needs root and apt-get)"; exit 1; }
 
-compare: $(STAMPS) data
+compare: $(STAMPS) data allocators
 	$(PY) -m benchmarks.compare --framework all $(ARGS)
 
 # Two test files at a time: most of a test's time is a framework's import and start-up
 # in a process of its own, which a second file's work overlaps on 2 cores (the measured
 # times are in docs/testing.md); a file's tests stay together (--dist loadfile), since
 # they share their cached runs.
-test: $(STAMPS)
+test: $(STAMPS) allocators
 	$(PY) -m pytest -n 2 --dist loadfile $(ARGS)
 
 # The suite under each kernel path this CPU can run (the machine's own, torch's dispatch

@@ -13,7 +13,7 @@ from common.core.plan import RunConfig
 from common.facts import registry
 from common.launch import engines, nodes
 from common.launch.launcher import LaunchError
-from tests.conftest import name_uses, planted_uses, uses_but
+from tests.conftest import covered, name_uses, planted_uses, uses_but
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -104,3 +104,33 @@ def test_no_file_but_engines_compares_an_engine_name():
 def test_a_planted_engine_comparison_is_found(module, line, planted):
     """The branches this refactor moved into the engines, planted back: the scan finds each."""
     assert planted_uses(engine_name_uses, module, line, planted), module
+
+
+# A planted engine starter: MXNet's Dmlc starts a server on every node whatever the run
+# asked for (--servers one), while the record still says the count the run asked for.
+SERVERS_IGNORED = """
+import dataclasses, os
+if not os.environ.get("DMLC_ROLE"):
+    from common.launch import engines
+    _processes = engines.Dmlc.processes
+    def processes(self, cfg, cluster, node, out_dir):
+        return _processes(self, dataclasses.replace(cfg, servers="per-node"), cluster, node, out_dir)
+    engines.Dmlc.processes = processes
+"""
+
+
+@pytest.mark.skipif("mxnet" not in covered(), reason="mxnet is not installed")
+def test_the_parameter_servers_that_started_are_the_ones_asked_for(tmp_path):
+    """MXNet across 2 nodes: the server processes that started, and the servers its
+    scheduler connected (ps-lite's log), are one on node 0 for --servers one and one a
+    node by default, as the record says (issue 53: only the count the starter computed
+    was checked). Planted: a starter that ignores --servers, two servers on a run whose
+    record says one."""
+    from tests.helpers import ps_lite
+    for placement, nodes_ in (("one", [0]), ("per-node", [0, 1])):
+        record, seen = ps_lite.run(tmp_path / placement, servers=placement)
+        assert ps_lite.servers_seen(record, seen) == nodes_, placement
+    record, seen = ps_lite.run(tmp_path / "planted", servers="one", plant=SERVERS_IGNORED)
+    with pytest.raises(AssertionError, match="2 server processes started .* the scheduler "
+                                             "connected 2, the record says 1"):
+        ps_lite.servers_seen(record, seen)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import runner, settings as command, tuned
+from common import models
 from common.reports import decisions
 from common.facts import registry, settings
 from tests.conftest import run_python, usage_error
@@ -121,9 +122,11 @@ def test_ddp_takes_the_communication_settings(tmp_path):
     assert int(cap) == 262144 and "fp16_compress_hook" in hook, proc.stdout
 
 
-def _paddle_engine(tmp_path, names: list[str], plant: str | None = None) -> list[dict]:
-    """What each of 2 Paddle ranks' DataParallel holds, the settings applied as a run's
-    rank applies them (tests/helpers/comm_ranks.py); with `plant`, a sitecustomize."""
+def _rank_engines(tmp_path, framework: str, names: list[str], plant: str | None = None
+                  ) -> list[dict]:
+    """What the engine object of each of 2 ranks holds (Paddle's DataParallel,
+    TensorFlow's strategy), the settings applied as a run's rank applies them
+    (tests/helpers/comm_ranks.py); with `plant`, a sitecustomize."""
     import json
     out = tmp_path / "ranks"
     out.mkdir(parents=True)
@@ -132,8 +135,8 @@ def _paddle_engine(tmp_path, names: list[str], plant: str | None = None) -> list
         (tmp_path / "plant").mkdir()
         (tmp_path / "plant" / "sitecustomize.py").write_text(plant)
         extra = str(tmp_path / "plant")
-    proc = run_python(["-m", "tests.helpers.comm_ranks", "paddle", str(out), *names],
-                      extra_path=extra, framework="paddle", timeout=300)
+    proc = run_python(["-m", "tests.helpers.comm_ranks", framework, str(out), *names],
+                      extra_path=extra, framework=framework, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
@@ -146,15 +149,75 @@ def test_paddles_data_parallel_takes_the_communication_settings(tmp_path):
     if "paddle" not in registry.installed():
         pytest.skip("paddle is not installed")
     small = {"comm_buffer_size": 262144, "last_comm_buffer_size": 262144}
-    assert _paddle_engine(tmp_path / "set", ["small-buffers"]) == [small, small]
+    assert _rank_engines(tmp_path / "set", "paddle", ["small-buffers"]) == [small, small]
     plant = ("from frameworks.paddle import native\n"
              "_init = native.DataParallelTrainer.__init__\n"
              "def __init__(self, layer, lr, rank, world, execution='eager', **comm):\n"
              "    _init(self, layer, lr, rank, world, execution)\n"
              "native.DataParallelTrainer.__init__ = __init__\n")
     (tmp_path / "planted").mkdir()
-    assert _paddle_engine(tmp_path / "planted", ["small-buffers"], plant) == [
+    assert _rank_engines(tmp_path / "planted", "paddle", ["small-buffers"], plant) == [
         {"comm_buffer_size": 26214400, "last_comm_buffer_size": 1048576}] * 2
+
+
+def test_tensorflows_strategy_takes_the_communication_settings(tmp_path):
+    """collective-packs reaches the engine on every worker (two, joined by TF_CONFIG):
+    the MultiWorkerMirroredStrategy the trainer runs on, its CollectiveAllReduce and
+    that one's launcher hold packs of 256 KiB, against TensorFlow's 0 (one pack) without
+    it (issue 53). Planted: join without self.comm, the defaults on a run labelled tuned.
+    (What the packs group: this trainer all-reduces each SUM variable's update alone,
+    and TensorFlow logs every one as "1 all_reduces ... num_packs = 1" with the
+    setting or without: measured, LeNet, TensorFlow 2.21.)"""
+    if "tensorflow" not in registry.installed():
+        pytest.skip("tensorflow is not installed")
+
+    def engine(pack):
+        return {"strategy": "CollectiveAllReduceStrategy", "bytes_per_pack": pack,
+                "all_reduce_bytes_per_pack": pack, "launchers_bytes_per_pack": [pack]}
+    assert _rank_engines(tmp_path / "set", "tensorflow", ["collective-packs"]) == [
+        engine(262144)] * 2
+    plant = ("from frameworks.tensorflow import native\n"
+             "_join = native.Workers.join\n"
+             "def join(self, rank, timeout=None):\n"
+             "    self.comm = {}\n"
+             "    return _join(self, rank, timeout)\n"
+             "native.Workers.join = join\n")
+    assert _rank_engines(tmp_path / "planted", "tensorflow", ["collective-packs"], plant) == [
+        engine(0)] * 2
+
+
+# A planted bug: MXNet's workers, the processes whose KVStore cuts each key into the
+# servers' pieces (kvstore_dist.h's EncodeDefaultKey), never see the setting's variable.
+BOUND_NOT_IN_WORKERS = """
+import os
+if os.environ.get("DMLC_ROLE") == "worker":
+    os.environ.pop("MXNET_KVSTORE_BIGARRAY_BOUND", None)
+"""
+
+
+@pytest.mark.skipif("mxnet" not in registry.installed(), reason="mxnet is not installed")
+def test_mxnets_servers_each_receive_a_piece_of_the_big_arrays(tmp_path):
+    """split-big-arrays reaches the engine: across 2 nodes, each of the 2 servers receives
+    LeNet's 102,400-element dense weight as pushes of half its bytes and neither the whole,
+    in the servers' own log of what they received (issue 53: the variable was only seen
+    set). Planted: the variable kept from the workers, one server gets it whole."""
+    from tests.helpers import ps_lite
+    whole = ps_lite.big_key_bytes()
+    (setting,) = settings.get("mxnet", ["split-big-arrays"])
+    assert int(setting.env["MXNET_KVSTORE_BIGARRAY_BOUND"]) < whole // 4
+
+    def split(seen):
+        for server, pushes in enumerate(ps_lite.pushed(seen)):
+            assert whole // 2 in pushes and whole not in pushes, (
+                f"server {server} received the dense weight's pushes as {sorted(pushes)} bytes, "
+                f"not halves of {whole}")
+    record, seen = ps_lite.run(tmp_path / "set", settings=["split-big-arrays"])
+    assert ps_lite.servers_seen(record, seen) == [0, 1]
+    split(seen)
+    _, planted = ps_lite.run(tmp_path / "planted", settings=["split-big-arrays"],
+                             plant=BOUND_NOT_IN_WORKERS)
+    with pytest.raises(AssertionError, match=f"not halves of {whole}"):
+        split(planted)
 
 
 def test_unknown_settings_are_named_with_the_frameworks_own():
@@ -565,6 +628,63 @@ def test_across_nodes_each_step_is_set_against_max_t1_t2(tmp_path):
     slow = page.against_limits([{**g, "best": [], "limits": {**lim, "step_best": 0.54}}])[-1]
     assert slow.endswith("| the defaults | 540 | 1.20 | no |")
     assert page.against_limits([{**g, "nodes": 1}]) == [], "no limits: not a group across nodes"
+
+
+def _planted_command(old: str, new: str):
+    """A copy of benchmarks.settings with one line of its source replaced (a plant)."""
+    import types
+    source = Path(command.__file__).read_text()
+    assert source.count(old) == 1, f"the plant no longer applies: {old!r}"
+    planted = types.ModuleType("benchmarks.settings_planted")
+    planted.__package__ = "benchmarks"
+    exec(compile(source.replace(old, new), command.__file__, "exec"), planted.__dict__)
+    return planted
+
+
+def _across_nodes_runs(monkeypatch, out: Path, cmd) -> list[tuple[str, dict]]:
+    """(label, config) of every worker a 2-node settings command starts, as the worker
+    is handed them (each a fake that writes an ok record; the link probe, t2, left out)."""
+    runs = []
+
+    def fake(argv, log, timeout, on_line, env, cwd, stop, python):
+        path = Path(argv[3])
+        log.open("w").close()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**_record(8.0), "steps_per_epoch": [8, 8], "error": None}))
+        runs.append((path.stem.rsplit("-r", 1)[0].rsplit("-", 1)[1], json.loads(argv[2])))
+        return runner.WorkerExit(code=0, timed_out=False, interrupted=False, log_tail="")
+    monkeypatch.setattr(runner, "run_worker", fake)
+    monkeypatch.setattr(cmd, "can_emulate", lambda: None)
+    monkeypatch.setattr(cmd, "probe", lambda *args, **kwargs: None)
+    assert cmd.main(["--framework", "pytorch", "--mode", "native", "--settings",
+                     "pytorch:ddp-small-buckets", "--nodes", "2", "--dataset", "synthetic",
+                     "--repeat", "2", "--out", str(out)]) == 0
+    return runs
+
+
+def _t1_is_one_nodes_share(runs: list[tuple[str, dict]]) -> None:
+    """Every round's t1 run: the defaults on one device, one core, one node, at the node
+    runs' batch per node (their global batch over their nodes: the links page's batch)."""
+    across = [cfg for label, cfg in runs if label != command.T1]
+    t1 = [cfg for label, cfg in runs if label == command.T1]
+    assert len(t1) == 2 and across, runs
+    share = {cfg["batch_size"] // cfg["nodes"] for cfg in across}
+    assert share == {models.get("lenet").COMMANDS["links"]["batch"]}, share
+    for cfg in t1:
+        assert (cfg["nodes"], cfg["devices"], cfg["cores_per_device"], cfg["settings"]) == (
+            1, 1, 1, []), cfg
+        assert cfg["steps_per_epoch"] == across[0]["steps_per_epoch"], cfg
+        assert cfg["batch_size"] in share, f"t1 runs at batch {cfg['batch_size']}, not {share}"
+
+
+def test_the_t1_run_computes_one_nodes_share_of_the_batch(monkeypatch, tmp_path):
+    """Across nodes, the t1 run of each round (one node's compute, the across-nodes page's
+    t1) is handed a node's share of the node runs' batch (issue 53: no test ran it; the
+    configurations the workers receive). Planted: t1 at the global batch."""
+    _t1_is_one_nodes_share(_across_nodes_runs(monkeypatch, tmp_path / "as-is", command))
+    planted = _planted_command('"batch_size": g["batch"] // g["nodes"]}', '"batch_size": g["batch"]}')
+    with pytest.raises(AssertionError, match=r"t1 runs at batch 256, not \{128\}"):
+        _t1_is_one_nodes_share(_across_nodes_runs(monkeypatch, tmp_path / "planted", planted))
 
 
 def test_rows_across_nodes_are_kept_apart_from_one_devices(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from common.facts import machine
@@ -138,8 +138,10 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
                 needs_flags=BF16_FLAGS, precision="bfloat16"),
         Setting("collective-packs", "MultiWorkerMirroredStrategy's gradients all-reduced in "
                 f"packs of {COMM_BUFFER_MB * 1024:g} KiB (CommunicationOptions bytes_per_pack; "
-                "default 0, one pack), "
-                "so that packs overlap", "https://www.tensorflow.org/api_docs/python/tf/"
+                "default 0, one pack), so that packs overlap; its effect is not seen: the "
+                "suite's trainer updates each variable in its replica, so each gradient is "
+                "all-reduced on its own (TensorFlow's log: num_packs = 1, with it and without)",
+                "https://www.tensorflow.org/api_docs/python/tf/"
                 "distribute/experimental/CommunicationOptions", "communication", hook=True),
     ),
     "mxnet": (
@@ -190,7 +192,13 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
                 execution="compiled"),
         _KERAS_BF16,
     ),
-    "keras-jax": (_YNN_OFF, _KERAS_BF16),
+    # measured (tests/test_setting_effects.py): Keras hands XLA bfloat16 convolutions and
+    # products, which XLA:CPU's optimizations turn back into float32 ones
+    "keras-jax": (_YNN_OFF, replace(_KERAS_BF16, what=_KERAS_BF16.what + "; its effect is not "
+                                    "seen: XLA:CPU computes every convolution and matrix "
+                                    "product of the step in float32 (bfloat16 in its HLO "
+                                    "before its optimizations, float32 after), only the "
+                                    "activations between them are held in bfloat16")),
     "keras-torch": (
         Setting("compiled", "Model.compile(jit_compile=True): train_step in torch.compile",
                 "https://keras.io/api/models/model_training_apis/", "compile",
