@@ -150,10 +150,17 @@ def _low_repeat(run: str, settings: list) -> tuple[str, str]:
 
 
 @functools.cache
+def _links() -> dict:
+    """cpu-2core-links.md's records (links.load)."""
+    from common.reports import links
+    return links.load(RESULTS / "links")
+
+
+@functools.cache
 def _predicted() -> list[dict]:
     """cpu-2core-links.md's predictions (fitted at 100mbit), the page's order."""
     from common.reports import links
-    return [p for p in links.predictions(links.load(RESULTS / "links"), "100mbit") if "why" not in p]
+    return [p for p in links.predictions(_links(), "100mbit") if "why" not in p]
 
 
 def _errs(model: str, framework: str, rate: str, placement: str | None = None, key: str = "err") -> list[str]:
@@ -162,6 +169,109 @@ def _errs(model: str, framework: str, rate: str, placement: str | None = None, k
     rows = [p for p in _predicted() if (p["row"].model, p["row"].framework, p["row"].rate,
                                         p["row"].placement) == (model, framework, rate, placement)]
     return [f"{n:+d}" if n and key == "err" else str(n) for n in (round(100 * p[key]) for p in rows)]
+
+
+def _lk_probe(model: str, rate: str) -> float:
+    """A links probe's t2, in seconds."""
+    from common.reports import links
+    return links.probe_sec(_links()["models"][model]["probes"][rate])
+
+
+def _lk_t1(model: str, framework: str, batch: int | None = None) -> float:
+    """A links engine's t1 at a compute batch (the node runs' own by default), in seconds."""
+    m = _links()["models"][model]
+    return dict(m["compute"][framework])[batch or m["batch"]]
+
+
+def _lk_rows(model: str, rate: str) -> list:
+    """A links model's 2-node data-parallel rows at one rate."""
+    return [r for r in _links()["models"][model]["rows"] if r.rate == rate and r.nodes == 2 and r.ok]
+
+
+def _lk_ps(framework: str, nodes: int, placement: str | None) -> object:
+    """A parameter-server-against-ring row."""
+    return next(r for r in _links()["ps"] if (r.framework, r.nodes, r.placement) == (framework, nodes, placement))
+
+
+def _lk_pred(model: str, framework: str, rate: str, nodes: int = 2, placement: str | None = None) -> dict:
+    return next(p for p in _predicted() if (p["row"].model, p["row"].framework, p["row"].rate, p["row"].nodes,
+                                            p["row"].placement) == (model, framework, rate, nodes, placement))
+
+
+def _exposed(model: str, rate: str) -> dict[str, float]:
+    """Each engine's step beyond its t1 at one rate (the lesson table's 'exposed'), in seconds."""
+    return {r.framework: r.step - _lk_t1(model, r.framework) for r in _lk_rows(model, rate)}
+
+
+def _rule_batches(model: str, rate: str) -> str:
+    """The span of the engines' batch for t1 >= 1.2 t2 (t1 fitted as a + c x b): '512-2048'."""
+    from common.core.perf import Compute, rule_batch
+    m = _links()["models"][model]
+    batches = [rule_batch(Compute(m["compute"][r.framework]), _lk_probe(model, rate)) for r in _lk_rows(model, rate)]
+    return f"{min(batches)}-{max(batches)}"
+
+
+def _ps_err(bytes_of) -> dict[tuple, float]:
+    """MXNet's LeNet rows at 10 Mbit/s predicted with another exchange's bytes (bytes_of(nodes,
+    placement)) in place of the key-by-key pushpull's, o fitted again at 100 Mbit/s with them:
+    each row's error."""
+    from common.reports import links
+    per_byte = _lk_probe("lenet", "100mbit") / links.ring_bytes(_p_bytes("lenet"), 2)   # s at the fit
+    out = {}
+    for p in _predicted():
+        r = p["row"]
+        if (r.model, r.framework, r.rate) != ("lenet", "mxnet", "10mbit"):
+            continue
+        o = p["o"] + per_byte * (links.exchange_bytes("lenet", 2, "per-node") - bytes_of(2, "per-node"))
+        t2 = p["t2"] * bytes_of(r.nodes, r.placement) / links.row_exchange_bytes(r)
+        out[r.nodes, r.placement, r.step] = (p["t1"] + o + t2) / r.step - 1
+    return out
+
+
+def _p_bytes(model: str) -> int:
+    from common import models
+    return models.param_bytes(model)
+
+
+def _busiest_of(nodes: int, placement: str | None) -> float:
+    from common.reports import links
+    return links.busiest_bytes("lenet", nodes, placement)
+
+
+def _busiest(nodes: int) -> float:
+    """MXNet's busiest link's calculated bytes with a server per node."""
+    return _busiest_of(nodes, "per-node")
+
+
+def _xp(nodes: int, placement: str, digits: int = 2) -> str:
+    """MXNet's key-by-key exchange of LeNet, in multiples of P."""
+    from common.reports import links
+    return _f(links.exchange_bytes("lenet", nodes, placement) / _p_bytes("lenet"), digits)
+
+
+def _ps_misfits() -> list[float]:
+    """Every parameter-server-against-ring node's measured bytes off its calculation (largest
+    first against largest first, as the table sets them)."""
+    from common.reports import links
+    return [abs(m / c - 1) for r in _links()["ps"] for m, c in zip(
+        sorted(r.sent(), reverse=True), sorted(links.sent_bytes("lenet", r.nodes, r.placement), reverse=True))]
+
+
+def _pc_span(values: list[float]) -> str:
+    """Errors' span as the page words it: '-32' where one, '-32 to -33' (nearest 0 first)."""
+    lo, hi = _pc(max(values), False), _pc(min(values), False)
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def _law_err(model: str, framework: str, batch: int, law: str = "a + c b") -> float:
+    from common.reports import links
+    return links.compute_out_of_sample(_links()["models"][model])[framework][batch][law]
+
+
+def _pc(x: float, sign: bool = True) -> str:
+    """A share as the page words it, in %: '+72', '-3', '0'."""
+    n = round(100 * x)
+    return f"{n:+d}" if sign and n else str(n)
 
 
 @functools.cache
@@ -220,6 +330,104 @@ def _the(values) -> str:
     return "/".join(sorted({str(v) for v in values}))
 
 
+@functools.cache
+def _splits() -> tuple[dict, dict, dict]:
+    """cpu-2core-vit-splits-links.md's rows by (split, nodes, rate), its predictions (fitted
+    at 100mbit) the same way, and the probe's link efficiency at 100mbit."""
+    from common.reports import links
+    data = links.load(RESULTS / "vit-splits-links")
+    m = data["models"]["vit"]
+    rows = {(r.mode, r.nodes, r.rate): r for r in m["rows"] if r.ok}
+    preds = {(p["row"].mode, p["row"].nodes, p["row"].rate): p
+             for p in links.predictions(data, "100mbit") if "why" not in p}
+    return rows, preds, {"eff": links.link_efficiency(m, "vit", "100mbit")}
+
+
+def _step(*key) -> str:
+    from common.reports import links
+    return links._ms(_splits()[0][key].step)
+
+
+def _sent_mb(mode: str, nodes: int) -> str:
+    """The span of a split's busiest node's MB a step over its rates, '0.87' where one."""
+    sent = [max(r.sent()) / 1e6 for k, r in _splits()[0].items() if k[:2] == (mode, nodes)]
+    lo, hi = f"{min(sent):.2f}", f"{max(sent):.2f}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def _beyond(*key) -> str:
+    """A row's step beyond its link's time (step - t2 calculated), in ms."""
+    from common.launch import netns
+    from common.reports import links
+    row, eff = _splits()[0][key], _splits()[2]["eff"]
+    return f"{1e3 * (row.step - links.row_exchange_bytes(row) / (eff * netns.rate_bits(row.rate) / 8)):.0f}"
+
+
+def _calc_mb(mode: str, nodes: int) -> str:
+    """A split's calculated MB a node a step (64 images a node)."""
+    from common.reports import links
+    return f"{links.split_bytes('vit', mode, nodes, 64 * nodes) / 1e6:.2f}"
+
+
+def _tp_bytes() -> float:
+    from common.reports import links
+    return links.split_bytes("vit", "tp", 2, 128)
+
+
+def _pct_of(key, what="err") -> str:
+    n = round(100 * _splits()[1][key][what])
+    return f"{n:+d}" if what == "err" else str(n)
+
+
+@functools.cache
+def _json(folder: str, name: str) -> dict:
+    import json
+    return json.loads((RESULTS / folder / name).read_text())
+
+
+def _loss_gaps(run: str) -> dict[str, float]:
+    """Each framework's setting arm's largest relative gap from its defaults' first 10 step losses."""
+    arms = _arms(run)
+    base = {r["framework"]: r["step_losses"][:10] for r in arms if not r["settings"]}
+    return {r["framework"]: max(abs(a / b - 1) for a, b in zip(r["step_losses"][:10], base[r["framework"]]))
+            for r in arms if r["settings"]}
+
+
+def _lim(framework: str) -> dict:
+    """A links-best group's t1, t2 and steps (s), as its 'Across nodes' table takes them."""
+    return _group(LB, framework)["limits"]
+
+
+def _x_max(framework: str, step: str = "step_default") -> str:
+    lim = _lim(framework)
+    return _f(lim[step] / max(lim["t1"], lim["t2"]))
+
+
+def _beyond_t1_t2(framework: str, step: str = "step_default") -> str:
+    """A step less t1 and t2, in ms: '+83'."""
+    lim = _lim(framework)
+    return f"{1e3 * (lim[step] - lim['t1'] - lim['t2']):+.0f}"
+
+
+def _node_arms(framework: str | None = None, settings: list | None = None) -> list[dict]:
+    """links-best's node runs (not its t1 runs), of one framework and arm where given."""
+    return [r for r in _arms(LB) if r.get("link") and framework in (None, r["framework"])
+            and (settings is None or r["settings"] == settings)]
+
+
+def _sent(record: dict) -> list[float]:
+    """Each node's bytes sent a timed step (the record's link counters)."""
+    link = record["link"]
+    return [t / link["timed_steps"] for t in link["tx_bytes"]]
+
+
+def _vit_shape() -> tuple[int, int]:
+    """The default ViT's width and tokens an image (common/models/vit.py)."""
+    from common import models
+    m = models.get("vit")
+    return m.SIZE["width"], m.TOKENS
+
+
 def _f(x: float, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
@@ -239,6 +447,10 @@ JAXBEST = ("jax scratch +ynn-fusion-off lenet", "jax native +ynn-fusion-off lene
            "keras-jax native +ynn-fusion-off lenet")
 PT, PTC, MX, PD, PDS = ("pytorch native vit", "pytorch native +compiled vit", "mxnet native vit",
                         "paddle native vit", "paddle native +to-static vit")
+LB = "cpu-2core-links-best/lenet-10mbit"
+BF, BF4, BFP = "cpu-2core-bf16/lenet-native", "cpu-2core-bf16/native-repeat4", "cpu-2core-bf16/profile-keras-jax"
+BF_TORCH = (("pytorch", "bf16-autocast"), ("keras-torch", "mixed-bf16"))
+BFR = ("keras-jax native lenet", "keras-jax native +mixed-bf16 lenet")
 PROSE_FIGURES = [
     # cpu-2core-vit-best.md, "What it shows": the settings run's decisions
     ("cpu-2core-vit-best.md", "PyTorch's defaults are the fastest best ({} s/epoch; `compiled` {}x",
@@ -268,6 +480,8 @@ PROSE_FIGURES = [
      lambda: tuple(_f(_decision(VB, fw, s)["ratio"]) for fw, s in (
          ("jax", "ynn-fusion-off"), ("keras-jax", "ynn-fusion-off"), ("tensorflow", "xla"),
          ("keras-tensorflow", "xla")))),
+    ("cpu-2core-vit-best.md", "every product is {} wide ({:,} x {} by {} x {} for a projection, a calculation)",
+     lambda: (lambda width, tokens: (width, 256 * tokens, width, width, width))(*_vit_shape())),
     ("cpu-2core-vit-best.md", "Its `onednn` setting ({}x, undecided)",
      lambda: (_f(_decision(VB, "paddle", "onednn")["ratio"]),)),
     # its roofline and op classes: the profile run's records
@@ -457,6 +671,85 @@ PROSE_FIGURES = [
     ("cpu-2core-best.md", "(the defaults' repeats {}, {}, {}, {}; to-static's one low repeat {} among "
      "{}; onednn's {} among {})",
      lambda: (*_repeats(PN, []), *(x for s in ("to-static", "onednn") for x in _low_repeat(PN, [s])))),
+    # cpu-2core-bf16.md, "What it shows": the bfloat16 run, its 4-repeat run, Keras on JAX's profile
+    ("cpu-2core-bf16.md", "TensorFlow's LeNet at {} s/epoch against {} ({}x, p {}), Keras's `mixed_bfloat16` on "
+     "TensorFlow at {} against {} ({}x, p {}): both kept",
+     lambda: tuple(x for fw, st in (("tensorflow", "onednn-bf16"), ("keras-tensorflow", "mixed-bf16"))
+                   for d in [_decision(BF, fw, st)]
+                   for x in (_f(d["sec"]), _f(d["sec_default"]), _f(1 / d["ratio"]), _p(d)))),
+    ("cpu-2core-bf16.md", "**PyTorch and Keras on torch are faster too: {}x the time each, decided at 4 repeats.**",
+     lambda: (_the(_f(_decision(BF4, fw, st)["ratio"]) for fw, st in BF_TORCH),)),
+    ("cpu-2core-bf16.md", "(bf16-autocast {} against {} s/epoch, Keras's policy {} against {}: each defaults' arm "
+     "had one slow first epoch, {} and {} s against {})",
+     lambda: (*(x for fw, st in BF_TORCH for d in [_decision(BF, fw, st)] for x in (_f(d["sec"]), _f(d["sec_default"]))),
+              *(_f(max(t for r in _arms(BF) if (r["framework"], r["settings"]) == (fw, []) for t in r["sec_per_epoch"]))
+                for fw, _ in BF_TORCH),
+              _span(sorted(t for fw, _ in BF_TORCH for r in _arms(BF) if (r["framework"], r["settings"]) == (fw, [])
+                           for t in r["sec_per_epoch"])[:-2], 1))),
+    ("cpu-2core-bf16.md", "bf16-autocast {} against {} (p {}), Keras's policy on torch {} against {} (p {}): both kept",
+     lambda: tuple(x for fw, st in BF_TORCH for d in [_decision(BF4, fw, st)]
+                   for x in (_f(d["sec"]), _f(d["sec_default"]), _p(d)))),
+    ("cpu-2core-bf16.md", "**Keras on JAX is slower in bfloat16**: {} against {} s/epoch ({}x the time, p {})",
+     lambda: (lambda d: (_f(d["sec"]), _f(d["sec_default"]), _f(d["ratio"]), _p(d)))(
+         _decision(BF, "keras-jax", "mixed-bf16"))),
+    ("cpu-2core-bf16.md", "step goes from {} to {} ms without the profiler: convolution backward {} -> {} ms, "
+     "average pooling {} -> {}, the optimizer update {} -> {} (Keras keeps float32 weights and casts them each "
+     "step), activation {} -> {}; copies fall {} -> {} and convolution forward stays ({} and {})",
+     lambda: (*(_f(_plain(BFP, r), 1) for r in BFR),
+              *(_f(_ms(BFP, r, c), 1) for c in ("conv backward", "pooling", "optimizer update", "activation",
+                                                "copies and layout", "conv forward") for r in BFR))),
+    ("cpu-2core-bf16.md", "test accuracy after the 2 epochs is {} in bfloat16 against {} in float32",
+     lambda: tuple(_span([r["test_accuracy"] for r in _arms(BF) if bool(r["settings"]) == bf], 4)
+                   for bf in (True, False))),
+    ("cpu-2core-bf16.md", "the first 10 step losses are within {}-{} % of the defaults' (bfloat16's tolerance: "
+     "10 %; the 10th loss {} against {} in float32)",
+     lambda: (*(f"{100 * f(_loss_gaps(BF).values()):.2g}" for f in (min, max)),
+              _span([r["step_losses"][9] for r in _arms(BF) if r["settings"]], 3),
+              _the(_f(r["step_losses"][9], 4) for r in _arms(BF) if not r["settings"]))),
+    # cpu-2core-links-best.md, "What it shows": the run's limits (t1, t2, steps), link counters, probes
+    ("cpu-2core-links-best.md", "its defaults' step is {} ms against t1 = {} and t2 = {} ({}x). The others, at "
+     "their best: TensorFlow {}x, Paddle {}x, JAX {}x, MXNet {}x ({}x at its defaults)",
+     lambda: (*(_f(1e3 * _lim("pytorch")[k], 0) for k in ("step_default", "t1", "t2")), _x_max("pytorch"),
+              *(_x_max(fw, "step_best") for fw in ("tensorflow", "paddle", "jax", "mxnet")), _x_max("mxnet"))),
+    ("cpu-2core-links-best.md", "Each node sent {} KB a step (the records' `link`), the probe {} KB an all-reduce "
+     "(each rank's median of its repeats)",
+     lambda: (_span([x / 1e3 for r in _node_arms() if r["settings"] != ["fp16-compress"] for x in _sent(r)], 0),
+              _span([statistics.median(k["tx_bytes"]) / 1e3 for p in (RESULTS / LB / "probes").glob("*.json")
+                     for k in _json(f"{LB}/probes", p.name)["ranks"]], 0))),
+    ("cpu-2core-links-best.md", "each step less t1 and t2: TensorFlow {} ms, JAX {} ms, MXNet {} ms at its defaults "
+     "and {} ms split, Paddle {} ms, PyTorch {} ms (it hides a little)",
+     lambda: (*(_beyond_t1_t2(fw) for fw in ("tensorflow", "jax", "mxnet")), _beyond_t1_t2("mxnet", "step_best"),
+              *(_beyond_t1_t2(fw) for fw in ("paddle", "pytorch")))),
+    ("cpu-2core-links-best.md", "(`collective-packs`) change nothing ({}x, within the noise band); its step is "
+     "t1 + t2 + {} ms, so even hiding all of t1 ({} ms) would leave it at {}x",
+     lambda: (_f(_decision(LB, "tensorflow", "collective-packs")["ratio"]), _beyond_t1_t2("tensorflow")[1:],
+              _f(1e3 * _lim("tensorflow")["t1"], 0),
+              _f((_lim("tensorflow")["step_default"] - _lim("tensorflow")["t1"]) / _lim("tensorflow")["t2"]))),
+    ("cpu-2core-links-best.md", "its step is t1 + t2 to within {} ms: DataParallel hides none of its {} ms of "
+     "compute (t1 is {} % of t2, so {}x). Smaller buffers (`small-buffers`, 0.25 MB) are {}x",
+     lambda: (_beyond_t1_t2("paddle")[1:], _f(1e3 * _lim("paddle")["t1"], 0),
+              _f(100 * _lim("paddle")["t1"] / _lim("paddle")["t2"], 0), _x_max("paddle"),
+              _f(_decision(LB, "paddle", "small-buffers")["ratio"]))),
+    ("cpu-2core-links-best.md", "cuts the step from {} to {} ms ({}x, p {}), and it stays {} ms above t1 + t2",
+     lambda: (*(_f(1e3 * _lim("mxnet")[k], 0) for k in ("step_default", "step_best")),
+              _f(_decision(LB, "mxnet", "split-big-arrays")["ratio"]), _p(_decision(LB, "mxnet", "split-big-arrays")),
+              _beyond_t1_t2("mxnet", "step_best")[1:])),
+    ("cpu-2core-links-best.md", "(each node sent {} KB a step against {}), so its step, {} ms, is below the float32 "
+     "t2 ({}x of max(t1, t2))",
+     lambda: (*(_span([x / 1e3 for r in _node_arms("pytorch", st) for x in _sent(r)], d)
+                for st, d in ((["fp16-compress"], 1), ([], 0))),
+              _f(1e3 * _lim("pytorch")["step_best"], 0), _x_max("pytorch", "step_best"))),
+    ("cpu-2core-links-best.md", "Its 10th step loss is {} against the defaults' {} ({} relative; float16's "
+     "tolerance is 2e-2). `ddp-small-buckets` (0.25 MB) is {}x",
+     lambda: (lambda fp, base: (_f(fp, 5), _f(base, 5), f"{abs(fp / base - 1):.0e}".replace("e-0", "e-"),
+                                _f(_decision(LB, "pytorch", "ddp-small-buckets")["ratio"])))(
+         *(float(_the(_f(r["step_losses"][9], 5) for r in _node_arms("pytorch", st)))
+           for st in (["fp16-compress"], [])))),
+    ("cpu-2core-links-best.md", "every float32 arm's 10th step loss equals its defaults' ({}; MXNet's {} with and "
+     "without the split)",
+     lambda: (_the(_f(r["step_losses"][9], 5) for r in _node_arms() if r["framework"] != "mxnet"
+                   and r["settings"] != ["fp16-compress"]),
+              _the(_f(r["step_losses"][9], 5) for r in _node_arms("mxnet")))),
     # cpu-2core-links.md, "What it shows": the predictor's errors (common/reports/links.py)
     ("cpu-2core-links.md", "(PyTorch {}, {}, {}, {} % at 2, 2, 3, 4 nodes; TensorFlow {} %, Paddle {} %, JAX {} %)",
      lambda: (*_errs("lenet", "pytorch", "10mbit"),
@@ -468,6 +761,139 @@ PROSE_FIGURES = [
                    for e in _errs(m, "mxnet", "1gbit", "per-node", k))),
     ("cpu-2core-links.md", "PyTorch's ResNet-18 at 1 Gbit/s, {} % (t2 {} %)",
      lambda: tuple(e for k in ("err", "t2_share") for e in _errs("resnet18", "pytorch", "1gbit", None, k))),
+    # cpu-2core-links.md, the rest of "What it shows": the probes, compute runs and node runs
+    ("cpu-2core-links.md", "LeNet's {} KB of gradients take {} ms at 10 Mbit/s against a {}-{} ms compute "
+     "step: every engine's step is {} s (t1 / t2 = {}), and from 100 Mbit/s on compute dominates. "
+     "ResNet-18's {} MB take {} s at 100 Mbit/s, more than its {} s step on one core, and {} ms at 1 Gbit/s",
+     lambda: (_f(_p_bytes("lenet") / 1e3, 0), _f(1e3 * _lk_probe("lenet", "10mbit"), 0),
+              *(f"{round(1e3 * f(_lk_t1('lenet', r.framework) for r in _lk_rows('lenet', '10mbit')), -1):.0f}"
+                for f in (min, max)),
+              _span([r.step for r in _lk_rows("lenet", "10mbit")], 1),
+              _span([_lk_t1("lenet", r.framework) / _lk_probe("lenet", "10mbit") for r in _lk_rows("lenet", "10mbit")]),
+              _f(_p_bytes("resnet18") / 1e6, 1), _f(_lk_probe("resnet18", "100mbit"), 1),
+              _span([_lk_t1("resnet18", r.framework) for r in _lk_rows("resnet18", "100mbit")], 1),
+              _f(1e3 * _lk_probe("resnet18", "1gbit"), 0))),
+    ("cpu-2core-links.md", "a per-device batch of {} on LeNet at 10 Mbit/s, {} at 100 Mbit/s, and {} for "
+     "ResNet-18 at 100 Mbit/s",
+     lambda: (_rule_batches("lenet", "10mbit"), _rule_batches("lenet", "100mbit"),
+              _rule_batches("resnet18", "100mbit"))),
+    ("cpu-2core-links.md", "each node sent {} MB a LeNet step for 2(n-1)/n x P = {} (framing adds up to {} %), "
+     "{} MB for ResNet-18's {}",
+     lambda: (*(_span([s / 1e6 for r in _links()["models"][m]["rows"] if r.ok for s in r.sent()], d)
+                for m, d in (("lenet", 2),)),
+              _f(2 * (2 - 1) / 2 * _p_bytes("lenet") / 1e6),
+              _f(100 * max(s / _p_bytes(r.model) - 1 for m in ("lenet", "resnet18")
+                           for r in _links()["models"][m]["rows"] if r.ok for s in r.sent()), 0),
+              _span([s / 1e6 for r in _links()["models"]["resnet18"]["rows"] if r.ok for s in r.sent()], 1),
+              _f(_p_bytes("resnet18") / 1e6, 1))),
+    ("cpu-2core-links.md", "(ResNet-18: {} ms, {} % of t2, at 100 Mbit/s",
+     lambda: (lambda hidden: (_f(1e3 * hidden, 0), _f(100 * hidden / _lk_probe("resnet18", "100mbit"), 0)))(
+         -_exposed("resnet18", "100mbit")["pytorch"] + _lk_probe("resnet18", "100mbit"))),
+    ("cpu-2core-links.md", "which the unshaped rows show: {} ms a LeNet step, {} s a ResNet-18 step but "
+     "Paddle's, {} s under its t1",
+     lambda: (_span([1e3 * x for x in _exposed("lenet", "unshaped").values()], 0),
+              _span([x for x in _exposed("resnet18", "unshaped").values() if x > 0], 1),
+              _f(-_exposed("resnet18", "unshaped")["paddle"], 1))),
+    ("cpu-2core-links.md", "(node 0 sent {} MB at 3 nodes, {} at 4), and its step grows with it ({}, {}, {} ms "
+     "at 2, 3, 4 nodes) where the ring's stays near its 2(n-1)/n x P ({}, {}, {} ms)",
+     lambda: (*(_f(_lk_ps("mxnet", n, "one").sent()[0] / 1e6) for n in (3, 4)),
+              *(_f(1e3 * _lk_ps(fw, n, pl).step, 0) for fw, pl in (("mxnet", "one"), ("pytorch", None))
+                for n in (2, 3, 4)))),
+    ("cpu-2core-links.md", "the 800 x 128 dense weight ({} KB of {}) and its node sends P + (n - 2) x {} KB = "
+     "{} MB a step, at 4 nodes {} MB",
+     lambda: (lambda w: (w, _f(_p_bytes("lenet") / 1e3, 0), w,
+                         *(_f(_busiest(n) / 1e6) for n in (3, 4))))(_f(4 * 800 * 128 / 1e3, 0))),
+    ("cpu-2core-links.md", "Its link carried {} and {} MB; every node's measured bytes are within {}-{} % of the "
+     "calculation (column \"measured / calculated\"), where the even spread's {} and {} MB were {} % and {} % off",
+     lambda: (*(_f(max(_lk_ps("mxnet", n, "per-node").sent()) / 1e6) for n in (3, 4)),
+              *(_f(100 * f(_ps_misfits()), 0) for f in (min, max)),
+              *(_f(2 * (n - 1) / n * _p_bytes("lenet") / 1e6) for n in (3, 4)),
+              *(_f(100 * (max(_lk_ps("mxnet", n, "per-node").sent()) / (2 * (n - 1) / n * _p_bytes("lenet")) - 1), 0)
+                for n in (3, 4)))),
+    ("cpu-2core-links.md", "MXNet's parameter server {} to {} %",
+     lambda: tuple(_pc(f(p["err"] for p in _predicted() if p["row"].framework == "mxnet" and p["t2_share"] >= 0.3))
+                   for f in (min, max))),
+    ("cpu-2core-links.md", "against {} to {} % for a t2 = 0 model",
+     lambda: tuple(_pc(f(p["err_t2_0"] for p in _predicted() if p["t2_share"] >= 0.3), sign=False)
+                   for f in (max, min))),
+    ("cpu-2core-links.md", "the links stay busy {} x P at 2 nodes (the step's {} x the probe's all-reduce), "
+     "{} x P at 3 nodes and {} x P at 4 with a server per node, {} and {} x P with one",
+     lambda: (_xp(2, "per-node"),
+              _f(_exposed("lenet", "10mbit")["mxnet"] / _lk_probe("lenet", "10mbit"), 1),
+              _xp(3, "per-node"), _xp(4, "per-node"), _xp(3, "one"), _xp(4, "one"))),
+    ("cpu-2core-links.md", "(calculations; the busiest link's bytes alone left the 2-node rows {} %, a server "
+     "per node {} and {} % at 3 and 4 nodes; the even spread {} to {} %)",
+     lambda: (lambda busiest, even: (
+         _pc_span([e for k, e in busiest.items() if k[0] == 2]),
+         *(_pc(busiest[k], False) for k in busiest if k[:2] in ((3, "per-node"), (4, "per-node"))),
+         _pc(max(even.values()), False), _pc(min(even.values()), False)))(
+         _ps_err(_busiest_of), _ps_err(lambda n, pl: 2 * (n - 1) / n * _p_bytes("lenet")))),
+    ("cpu-2core-links.md", "(t2 about {} s against {} s of compute)",
+     lambda: (_f(2 * _lk_probe("resnet18", "100mbit"), 0),
+              _span([_lk_t1("resnet18", r.framework) for r in _lk_rows("resnet18", "100mbit")], 1))),
+    ("cpu-2core-links.md", "MXNet's own work a step ({} ms on LeNet's unshaped link: {} - {}) runs while its "
+     "{} ms of transfer do, so its o comes out {} ms, and at 1 Gbit/s ({} ms of transfer)",
+     lambda: (_f(1e3 * _exposed("lenet", "unshaped")["mxnet"], 0),
+              _f(1e3 * next(r.step for r in _lk_rows("lenet", "unshaped") if r.framework == "mxnet"), 0),
+              _f(1e3 * _lk_t1("lenet", "mxnet"), 1),
+              _f(1e3 * _lk_probe("lenet", "100mbit") * float(_xp(2, "per-node", 9)), 0),
+              _f(1e3 * _lk_pred("lenet", "mxnet", "1gbit", placement="per-node")["o"], 1),
+              _f(1e3 * _lk_pred("lenet", "mxnet", "1gbit", placement="per-node")["t2"], 0))),
+    ("cpu-2core-links.md", "holds DDP's hiding of {} s of communication, which at 1 Gbit/s has only {} s to hide",
+     lambda: (_f(-_lk_pred("resnet18", "pytorch", "1gbit")["o"], 0),
+              _f(_lk_pred("resnet18", "pytorch", "1gbit")["t2"], 1))),
+    ("cpu-2core-links.md", "the line a + c x b is within {} % at the node runs' batch for every engine but JAX, "
+     "**not within 20 %** for JAX: LeNet at {} {} %, ResNet-18 at {} {} %",
+     lambda: (_f(100 * max(abs(_law_err(m, fw, _links()["models"][m]["batch"])) for m in ("lenet", "resnet18")
+                           for fw in _links()["models"][m]["compute"] if fw != "jax"), 0),
+              *(x for m in ("lenet", "resnet18") for x in (
+                  _links()["models"][m]["batch"], _pc(_law_err(m, "jax", _links()["models"][m]["batch"])))))),
+    ("cpu-2core-links.md", "(LeNet {}, {}, {} ms at 32, 128, 512; ResNet-18 {}, {}, {} ms at 8, 32, 64)",
+     lambda: (*(_f(1e3 * _lk_t1("lenet", "jax", b) / b) for b in (32, 128, 512)),
+              *(_f(1e3 * _lk_t1("resnet18", "jax", b) / b, 0) for b in (8, 32, 64)))),
+    ("cpu-2core-links.md", "the power law k x b^alpha misses it too ({} %, {} %)",
+     lambda: tuple(_pc(_law_err(m, "jax", _links()["models"][m]["batch"], "k b^alpha")) for m in ("lenet", "resnet18"))),
+    ("cpu-2core-links.md", "takes the same t1 error back: {} % at 10 Mbit/s)",
+     lambda: (_pc(_lk_pred("lenet", "jax", "10mbit")["err"]),)),
+    ("cpu-2core-links.md", "the line misses by up to {} % (ResNet-18 at {}:",
+     lambda: (lambda worst: (_f(100 * worst[0], 0), worst[1]))(
+         max((abs(_law_err(m, fw, b)), b) for m in ("lenet", "resnet18")
+             for b in [min(b for b, _ in _links()["models"][m]["compute"]["jax"])]
+             for fw in _links()["models"][m]["compute"]))),
+    # cpu-2core-vit-splits-links.md, "What it shows": the splits' rows and predictions
+    ("cpu-2core-vit-splits-links.md", "{} ms a step at 10 Mbit/s on 2 nodes against FSDP2's {} ms and "
+     "tensor parallelism's {} ms; {} ms against {} and {} ms at 1 Gbit/s",
+     lambda: tuple(_step(m, 2, r) for r in ("10mbit", "1gbit") for m in ("native", "fsdp", "tp"))),
+    ("cpu-2core-vit-splits-links.md", "{} MB a node a step on 2 nodes, {} MB on 4, against 4(n-1)/n x P = {} and {} MB",
+     lambda: (_sent_mb("fsdp", 2), _sent_mb("fsdp", 4),
+              *(_calc_mb("fsdp", n) for n in (2, 4)))),
+    ("cpu-2core-vit-splits-links.md", "costs more than DDP's ({} against {} ms at 1 Gbit/s)",
+     lambda: (_beyond("fsdp", 2, "1gbit"), _beyond("native", 2, "1gbit"))),
+    ("cpu-2core-vit-splits-links.md", "{} MB a node a step on 2 nodes ({} times data parallelism's at 1 Gbit/s), {} MB on 4",
+     lambda: (_sent_mb("tp", 2), f"{max(_splits()[0]['tp', 2, '1gbit'].sent()) / max(_splits()[0]['native', 2, '1gbit'].sent()):.0f}",
+              _sent_mb("tp", 4))),
+    ("cpu-2core-vit-splits-links.md", "x 4 bytes = {} MB; measured {} at 1 Gbit/s, {}-{} times it where the link is slow",
+     lambda: (_calc_mb("tp", 2), f"{max(_splits()[0]['tp', 2, '1gbit'].sent()) / 1e6:.2f}",
+              *(f(f"{max(_splits()[0]['tp', 2, r].sent()) / _tp_bytes():.2f}"
+                  for r in ("10mbit", "100mbit")) for f in (min, max)))),
+    ("cpu-2core-vit-splits-links.md", "{} ms a step beyond the link at 1 Gbit/s against DDP's {}",
+     lambda: (_beyond("tp", 2, "1gbit"), _beyond("native", 2, "1gbit"))),
+    ("cpu-2core-vit-splits-links.md", "spends {}-{} % of its step on the link",
+     lambda: tuple(f(_pct_of((m, 2, "10mbit"), "t2_share") for m in ("native", "fsdp", "tp"))
+                   for f in (min, max))),
+    ("cpu-2core-vit-splits-links.md", "compute-bound (t2 {}-{} %), tensor parallelism still not ({} %)",
+     lambda: (_pct_of(("native", 2, "1gbit"), "t2_share"), _pct_of(("fsdp", 2, "1gbit"), "t2_share"),
+              _pct_of(("tp", 2, "1gbit"), "t2_share"))),
+    ("cpu-2core-vit-splits-links.md", "within 20 % ({}-{} %) but one, tensor parallelism at 1 Gbit/s on 2 "
+     "nodes ({} %, t2 {} % of its step)",
+     lambda: (*(str(f(abs(round(100 * p["err"])) for k, p in _splits()[1].items()
+                     if p["t2_share"] >= 0.3 and k != ("tp", 2, "1gbit"))) for f in (min, max)),
+              _pct_of(("tp", 2, "1gbit")), _pct_of(("tp", 2, "1gbit"), "t2_share"))),
+    ("cpu-2core-vit-splits-links.md", "folded into the fitted o ({} ms)",
+     lambda: (f"{1e3 * _splits()[1]['tp', 2, '10mbit']['o']:.0f}",)),
+    ("cpu-2core-vit-splits-links.md", "FSDP2 on 4 nodes at 1 Gbit/s is {} % off where its t2 is {} % of the step",
+     lambda: (str(abs(round(100 * _splits()[1]["fsdp", 4, "1gbit"]["err"]))),
+              _pct_of(("fsdp", 4, "1gbit"), "t2_share"))),
     # docs/results/README.md: figures read from the pages it indexes
     ("README.md", "every row's test accuracy {}, epochs of {} s)",
      lambda: (_span([r["test_accuracy"] for r in _compare(VD)], 4),
@@ -506,6 +932,8 @@ PROSE_FIGURES = [
      lambda: (_f(100 * max(r["profile"]["unmapped_share"] for r in _profiles(PROF).values()), 1),
               _span([r["profile"]["profiled_step_ms"] / r["profile"]["plain_step_ms"]
                      for r in _profiles(PROF).values()]))),
+    ("cpu-2core-profile.md", "(a float32 GEMM at {} GFLOP/s, a streaming copy at {} GB/s)",
+     lambda: tuple(_f(_json(PROF, f)[k], 1) for f, k in (("cpu_peak.json", "gflops"), ("cpu_bandwidth.json", "gb_per_s")))),
     # (TensorFlow's oneDNN convolutions: its rows and Keras on TensorFlow's)
     ("cpu-2core-profile.md", "TensorFlow is fastest ({} ms) on oneDNN's convolutions: {} forward, {} backward",
      lambda: (_both("tensorflow", "lenet", digits=1),
@@ -523,6 +951,28 @@ PROSE_FIGURES = [
     ("cpu-2core-profile.md", "**Paddle** ({} ms): convolution gradients {} ms, pooling {} ms, and {} ms of copies",
      lambda: (_both("paddle", "lenet"), _both("paddle", "lenet", f=_conv_grad), _both("paddle", "lenet", "pooling"),
               _both("paddle", "lenet", "copies and layout"))),
+    ("cpu-2core-profile.md", "*Outside any op* (Python, dispatch, the framework's own runtime) is {} ms "
+     "of every row's step",
+     lambda: (lambda out: (f"{min(out):.1f}-{max(out):.0f}",))(
+         [_ms(PROF, k, "outside any op") for k, r in _profiles(PROF).items() if r["model"] == "lenet"]),),
+    ("cpu-2core-profile.md", "**JAX and Keras on JAX** ({} ms): XLA:CPU's convolutions are the gap: {} ms "
+     "forward ({}x TensorFlow's, mode for mode) and {} ms backward; outside any op is {} ms, so it is "
+     "not JAX's dispatch. Keras on JAX adds {} ms of optimizer update",
+     lambda: (lambda rows: (
+         _span([_ms(PROF, r) for r in rows], 0), _span([_ms(PROF, r, "conv forward") for r in rows], 0),
+         _span([_ms(PROF, r, "conv forward") / _ms(PROF, r.replace("jax", "tensorflow"), "conv forward")
+                for r in rows], 1),
+         _span([_conv_grad(PROF, r) for r in rows], 0), _span([_ms(PROF, r, "outside any op") for r in rows], 0),
+         _f(_ms(PROF, "keras-jax native lenet", "optimizer update"), 0)))(
+         ("jax scratch lenet", "jax native lenet", "keras-jax native lenet"))),
+    ("cpu-2core-profile.md", "**JAX** ({} ms) and **Keras on JAX** ({} ms): convolution gradients {} ms "
+     "({}x PyTorch's), and ReLU {} ms",
+     lambda: (lambda rows: (
+         _both("jax", "resnet18"), _f(_ms(PROF, rows[2]), 0), _span([_conv_grad(PROF, r) for r in rows], 0),
+         _span([_conv_grad(PROF, r) / _conv_grad(PROF, "pytorch " + r.split(" ", 1)[1].replace("keras-", ""))
+                for r in rows], 1),
+         _span([_ms(PROF, r, "activation") for r in rows], 0)))(
+         ("jax scratch resnet18", "jax native resnet18", "keras-jax native resnet18"))),
     ("cpu-2core-profile.md", "**ResNet-18: PyTorch is fastest** ({} ms), MXNet native close ({} ms), "
      "TensorFlow at {} ms (its convolution gradients {} ms against PyTorch's {})",
      lambda: (_both("pytorch", "resnet18"), _f(_ms(PROF, "mxnet native resnet18"), 0), _both("tensorflow", "resnet18"),
