@@ -10,6 +10,8 @@ measured by whom. Pure Python: records and report functions, no framework import
 import functools
 import statistics
 
+import pytest
+
 from common.results.record import load_records
 from tests.test_results_pages import RESULTS, _judged
 
@@ -51,7 +53,8 @@ def _profiles(folder: str) -> dict[str, dict]:
 
     from common.reports import profile
     paths = [p for p in sorted((RESULTS / folder).rglob("*.json"))
-             if p.name not in ("limits.json", "cpu_peak.json", "cpu_bandwidth.json")]
+             if p.name not in ("limits.json", "cpu_peak.json", "cpu_bandwidth.json", "gpu_peak.json",
+                               "gpu_bandwidth.json")]
     records = profile.labelled([json.loads(p.read_text()) for p in paths])
     return {f"{profile.label(r)} {r['model']}": r for r in profile.ok(records)}
 
@@ -428,6 +431,144 @@ def _vit_shape() -> tuple[int, int]:
     return m.SIZE["width"], m.TOKENS
 
 
+def _c(x: float) -> str:
+    """A figure in thousands as the pages word it: '3,384'."""
+    return f"{x:,.0f}"
+
+
+def _cspan(values) -> str:
+    return f"{_c(min(values))}-{_c(max(values))}"
+
+
+def _e(x: float, digits: int = 1) -> str:
+    """A small figure as the pages word it: '6.8e-3'."""
+    return f"{x:.{digits}e}".replace("e-0", "e-")
+
+
+def _first_gaps(run: str, n: int, keep=lambda settings: True) -> list[float]:
+    """Each setting arm's largest relative gap from its row's defaults' first repeat's first n
+    step losses (common/reports/decisions.py agreement), of the arms whose settings keep takes."""
+    arms, base = _arms(run), {}
+    for r in arms:
+        if not r["settings"]:
+            base.setdefault((r["framework"], r["mode"]), r["step_losses"][:n])
+    return [max(abs(a / b - 1) for a, b in zip(r["step_losses"][:n], base[r["framework"], r["mode"]]))
+            for r in arms if r["settings"] and keep(r["settings"])]
+
+
+def _pairs(run: str, step: int, frameworks) -> list[float]:
+    """The frameworks' defaults' losses at one step (0 the first), each pair's relative gap."""
+    import itertools
+    loss = {r["framework"]: r["step_losses"][step] for r in _arms(run) if not r["settings"]}
+    return [abs(loss[a] / loss[b] - 1) for a, b in itertools.permutations(frameworks, 2)]
+
+
+def _gain(folder: str, row: str, base: str, *classes: str) -> float:
+    """A profiled row's ms over another's in some classes (the step where none), in s."""
+    return sum(_ms(folder, row, c) - _ms(folder, base, c) for c in classes or ("step",)) / 1e3
+
+
+def _jv(version: str, mode: str, model: str, ynn: bool = False) -> str:
+    """A cpu-2core-jax-versions-profile row: 'jax 0.10.2 native +ynn-fusion-off lenet'."""
+    return f"jax {version} {mode}{' +ynn-fusion-off' if ynn else ''} {model}"
+
+
+def _jvs(f, versions, modes=("scratch", "native"), model: str = "lenet") -> list[float]:
+    """f(round's folder, row) for each round and each (version, ynn) of versions, in each mode."""
+    return [f(r, _jv(v, m, model, y)) for r in JV for m in modes for v, y in versions]
+
+
+@functools.cache
+def _rows(folder: str) -> dict[tuple[str, str], dict]:
+    """A compare folder's report rows (runs.summarize: 'sec/epoch', 'spread', 'test acc', ...)
+    by (framework, mode), each with its record's own fields beside them."""
+    from common.reports import runs
+    records = load_records(RESULTS / folder)
+    return {(r["framework"], r["mode"]): {**r, **row} for r, row in zip(records, runs.summarize(records))
+            if row["status"] == "ok"}
+
+
+def _size(size: str, framework: str, key: str = "sec/epoch") -> float:
+    """cpu-2core-vit-sizes.md: one size's native row of one framework."""
+    return _rows(f"cpu-2core-vit-sizes/{size}")[framework, "native"][key]
+
+
+def _one(values, digits: int = 2) -> str:
+    """A span, or its one value where both ends read the same."""
+    lo, hi = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def _model(name: str):
+    from common import models
+    return models.get(name)
+
+
+def _vit_tokens(name: str) -> int:
+    return _model(name).TOKENS
+
+
+def _under(x: float, step: float, digits: int = 0) -> str:
+    """The round figure a prose 'under' or 'within' names: the least multiple of step above x."""
+    import math
+    return f"{step * (math.floor(x / step) + 1):.{digits}f}"
+
+
+def _pred(report: str, index: int, **where) -> list[dict]:
+    """A table of a predictor report (docs/results/predictor/, what tests/test_predict.py
+    regenerates from the records beside it): its rows, as {header: cell}, where cells match."""
+    return [r for r in _typed_table(f"predictor/{report}", index) if all(r[k] == v for k, v in where.items())]
+
+
+def _pc_cells(rows: list[dict], column: str = "error") -> list[int]:
+    return [int(r[column].rstrip("%")) for r in rows]
+
+
+@functools.cache
+def _pred_scores(report: str) -> dict[str, tuple[str, str, str]]:
+    """A predictor report's summary line: each term's (rows, within 20 %, median |error| %)."""
+    import re
+    line = (RESULTS / "predictor" / report).read_text().split("## Predicted against measured", 1)[1]
+    return {m[1].strip(): (m[3], m[2], m[4]) for m in re.finditer(
+        r"(t1 alone|t2 alone|whole step|with t2 = 0)[^:]*: (\d+) of (\d+) within 20 %, median \|error\| (\d+)%", line)}
+
+
+def _pred_over(report: str) -> float:
+    """PyTorch's ResNet-18 at batch 4 on 2 devices: its measured step beyond its predicted t1, in ms."""
+    r = _pred(report, 3, model="resnet18", framework="pytorch", nodes="1", batch="4")[0]
+    return float(r["measured ms"]) - float(r["t1 ms"])
+
+
+def _gelu_grid() -> tuple[str, str, str]:
+    """The points the vit_defaults worker measures each GELU on (its GRID, read from its source:
+    importing the worker would import SciPy): low, high, count."""
+    import re
+    source = (RESULTS.parent.parent / "benchmarks" / "workers" / "vit_defaults.py").read_text()
+    return re.search(r"GRID = np\.linspace\((-?\d+), (-?\d+), (\d+)\)", source).groups()
+
+
+def _vit_defaults_report():
+    from common.reports import vit_defaults
+    return vit_defaults
+
+
+def _started(run: str) -> str:
+    """When a settings run started (its settings.json 'measured'; the first of joined runs)."""
+    return _json(run, "settings.json")["measured"].split(" and ")[0]
+
+
+def _ynn_gain(folder: str, mode: str, model: str, *classes: str) -> float:
+    """JAX 0.10.2's ms a step over its `ynn-fusion-off` row's in some classes (the profiled
+    step where none), in one round of cpu-2core-jax-versions-profile/."""
+    return sum(_ms(folder, _jv("0.10.2", mode, model), c) - _ms(folder, _jv("0.10.2", mode, model, True), c)
+               for c in classes or ("step",))
+
+
+def _tens(x: float) -> str:
+    """A figure to the nearest ten, as the pages word a rough one: '110'."""
+    return f"{round(x, -1):.0f}"
+
+
 def _f(x: float, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
@@ -451,6 +592,18 @@ LB = "cpu-2core-links-best/lenet-10mbit"
 BF, BF4, BFP = "cpu-2core-bf16/lenet-native", "cpu-2core-bf16/native-repeat4", "cpu-2core-bf16/profile-keras-jax"
 BF_TORCH = (("pytorch", "bf16-autocast"), ("keras-torch", "mixed-bf16"))
 BFR = ("keras-jax native lenet", "keras-jax native +mixed-bf16 lenet")
+R18, R18KJ, R18PB, R18B, PR = ("cpu-2core-best/resnet18", "cpu-2core-best/resnet18-keras-jax",
+                               "cpu-2core-best/resnet18-pytorch-bf16", "cpu-2core-best/resnet18-bf16",
+                               "cpu-2core-best/profile-resnet18")
+MXR, YNN, JDEF = ("mxnet native resnet18", ("jax native +ynn-fusion-off resnet18", "keras-jax native +ynn-fusion-off resnet18"),
+                  ("jax native resnet18", "keras-jax native resnet18"))
+PDR = ("paddle native resnet18", "paddle native +to-static resnet18", "paddle native +onednn resnet18")
+CS = "cpu-2core-settings/jax-lenet"
+H, HS = "h100-profile", "h100-settings/pytorch-lenet"
+HL, HR = "h100-default/lenet", "h100-default/resnet18"
+VIT_DEFAULTS = ("oracle", "pytorch", "tensorflow", "mxnet", "paddle", "jax", "keras-tensorflow", "keras-jax",
+                "keras-torch")
+TORCH_JAX, VIT_SIZES = ("pytorch", "jax"), ("vit", "vit_w128", "vit_p4", "vit_p4w128")
 PROSE_FIGURES = [
     # cpu-2core-vit-best.md, "What it shows": the settings run's decisions
     ("cpu-2core-vit-best.md", "PyTorch's defaults are the fastest best ({} s/epoch; `compiled` {}x",
@@ -987,6 +1140,335 @@ PROSE_FIGURES = [
               _the(_f(_conv_grad(PROF, f"paddle {m} resnet18") / _conv_grad(PROF, f"pytorch {m} resnet18"), 1)
                    for m in MODES),
               _both("paddle", "resnet18", "conv forward"), _f(_ms(PROF, "paddle native resnet18", "other named ops"), 0))),
+    # cpu-2core-best-resnet18.md: its four settings runs and its profile (cpu-2core-best/)
+    ("cpu-2core-best-resnet18.md", "part from one another by {} to {} at the third step and {}-{} % by the fifth",
+     lambda: (lambda fws: (*(_e(f(_pairs(R18, 2, fws)), 0) for f in (min, max)),
+                           *(_f(100 * f(_pairs(R18, 4, fws)), 0) for f in (min, max))))(
+         ("pytorch", "tensorflow", "mxnet", "paddle"))),
+    ("cpu-2core-best-resnet18.md", "the loss goes {}, {}, {}, {}, {}, {} at lr {})",
+     lambda: (lambda r: (*(_f(x, 1) for x in r["step_losses"][:4]), *(_f(x) for x in r["step_losses"][4:6]),
+                         _the(a["lr"] for a in _arms(R18))))(
+         next(r for r in _arms(R18) if r["framework"] == "pytorch" and not r["settings"]))),
+    ("cpu-2core-best-resnet18.md", "Each arm's first 2 losses are within {} of its defaults' (relative)",
+     lambda: (_e(max(_first_gaps(R18, 2))),)),
+    ("cpu-2core-best-resnet18.md", "a reading of the run's wall clock: {} s an epoch at its defaults)",
+     lambda: (_f(_decision(R18, "paddle", "to-static")["sec_default"], 0),)),
+    ("cpu-2core-best-resnet18.md", "the fastest best is MXNet's defaults** ({} s/epoch; its native mode is hybridized "
+     "with `static_alloc` already), then PyTorch with torch.compile ({}, {}x its eager default, p {}), TensorFlow's "
+     "defaults ({}) and Keras on TensorFlow ({}), Keras on torch ({}, {}x)",
+     lambda: (_f(_fastest_best(R18)), _f(_best(R18, "pytorch")), _f(_decision(R18, "pytorch", "compiled")["ratio"]),
+              _p(_decision(R18, "pytorch", "compiled")), _f(_best(R18, "tensorflow")), _f(_best(R18, "keras-tensorflow")),
+              _f(_best(R18, "keras-torch")), _f(_best(R18, "keras-torch") / _fastest_best(R18)))),
+    ("cpu-2core-best-resnet18.md", "JAX with `ynn-fusion-off` ({}, {}x its default {}, p {}: {}x the fastest best), "
+     "Keras on JAX (its `ynn-fusion-off` {}x but undecided at 2 repeats, so its best in this run is its defaults', "
+     "{}: {}x), and Paddle ({}, {}x; `to-static` {}x on one repeat a side)",
+     lambda: (lambda d: (_f(d["sec"]), _f(d["ratio"]), _f(d["sec_default"]), _p(d), _f(_best(R18, "jax") / _fastest_best(R18)),
+                         _f(_decision(R18, "keras-jax", "ynn-fusion-off")["ratio"]), _f(_best(R18, "keras-jax")),
+                         _f(_best(R18, "keras-jax") / _fastest_best(R18)), _f(_best(R18, "paddle")),
+                         _f(_best(R18, "paddle") / _fastest_best(R18)), _f(_decision(R18, "paddle", "to-static")["ratio"])))(
+         _decision(R18, "jax", "ynn-fusion-off"))),
+    ("cpu-2core-best-resnet18.md", "PyTorch's best is `compiled+bf16-autocast` at {} s/epoch ({}x its defaults), Keras "
+     "on torch's and on TensorFlow's `mixed-bf16` ({}x and {}x): what this machine kind's settings file now applies "
+     "to those rows. TensorFlow's `onednn-bf16` is {}x slower",
+     lambda: (_f(_best(R18PB, "pytorch")), _f(_decision(R18PB, "pytorch", "together")["ratio"]),
+              *(_f(_decision(R18B, fw, "mixed-bf16")["ratio"]) for fw in ("keras-torch", "keras-tensorflow")),
+              _f(_decision(R18B, "tensorflow", "onednn-bf16")["ratio"]))),
+    ("cpu-2core-best-resnet18.md", "kept, {} against {} s/epoch ({}x, p {}), so the machine kind's settings file now "
+     "applies it. Against the main run's fastest best ({}) that is {}x",
+     lambda: (lambda d: (_f(d["sec"]), _f(d["sec_default"]), _f(d["ratio"]), _p(d), _f(_fastest_best(R18)),
+                         _f(d["sec"] / _fastest_best(R18))))(_decision(R18KJ, "keras-jax", "ynn-fusion-off"))),
+    ("cpu-2core-best-resnet18.md", "(ms a step, profiled at compare's batch of 256, against MXNet native's {}:",
+     lambda: (_c(_ms(PR, MXR)),)),
+    ("cpu-2core-best-resnet18.md", "*JAX and Keras on JAX at `ynn-fusion-off`* ({} ms): no longer their convolutions, "
+     "which the flag takes from {} to {} GFLOP/s forward and from {} to {} backward (MXNet's oneDNN: {} and {})",
+     lambda: (_cspan([_ms(PR, r) for r in YNN]),
+              *(_span([_achieved(PR, "resnet18", c, r[:-9]) for r in rows], 0)
+                for c in ("conv forward", "conv backward") for rows in (JDEF, YNN)),
+              *(_f(_achieved(PR, "resnet18", c, MXR[:-9]), 0) for c in ("conv forward", "conv backward")))),
+    ("cpu-2core-best-resnet18.md", "(\"activation\", {} ms against MXNet's {} and TensorFlow's {}: {}x the class's "
+     "memory bound) and BatchNorm's statistics and gradient reductions ({} ms against {} and {}: {}x its bound), {} s "
+     "of the {} s between them and MXNet. At their defaults the convolutions are the most of it (conv backward {} to "
+     "{} s, forward {} s)",
+     lambda: (*(x for c in ("activation", "batchnorm") for x in (
+                  _cspan([_ms(PR, r, c) for r in YNN]), *(_f(_ms(PR, r, c), 0) for r in (MXR, "tensorflow native resnet18")),
+                  _span([float(_over(PR, "resnet18", c, r[:-9])) for r in YNN], 0))),
+              _the(_f(_gain(PR, r, MXR, "activation", "batchnorm"), 1) for r in YNN),
+              _span([_gain(PR, r, MXR) for r in YNN], 1),
+              *(f"{f(_gain(PR, r, MXR, 'conv backward') for r in JDEF):+.1f}" for f in (min, max)),
+              _the(f"{_gain(PR, r, MXR, 'conv forward'):+.1f}" for r in JDEF))),
+    ("cpu-2core-best-resnet18.md", "*Paddle* ({} ms, at its defaults, `to-static` and `onednn`): its convolutions, {} "
+     "GFLOP/s forward and {} backward against MXNet's {} and {}: {} to {} s forward and {} to {} s backward a step",
+     lambda: (_cspan([_ms(PR, r) for r in PDR]),
+              *(_span([_achieved(PR, "resnet18", c, r[:-9]) for r in PDR], 0) for c in ("conv forward", "conv backward")),
+              *(_f(_achieved(PR, "resnet18", c, MXR[:-9]), 0) for c in ("conv forward", "conv backward")),
+              *(f"{f(_gain(PR, r, MXR, c) for r in PDR):+.1f}" for c in ("conv forward", "conv backward")
+                for f in (min, max)))),
+    ("cpu-2core-best-resnet18.md", "Then {} s a step of \"other named ops\" in every Paddle row",
+     lambda: (_the(_f(_ms(PR, r, "other named ops") / 1e3, 1) for r in PDR),)),
+    ("cpu-2core-best-resnet18.md", "*outside any op* is {} ms of every row's step",
+     lambda: (_span([_ms(PR, r, "outside any op") for r in _profiles(PR)], 0),)),
+    ("cpu-2core-best-resnet18.md", "{}x slower in TensorFlow (p {}), {}x in Keras on TensorFlow (p {})",
+     lambda: tuple(x for fw in ("tensorflow", "keras-tensorflow") for d in [_decision(R18, fw, "xla")]
+                   for x in (_f(d["ratio"]), _p(d)))),
+    ("cpu-2core-best-resnet18.md", "({} on the synthetic test set after {} steps)",
+     lambda: (_the(_f(r["test_accuracy"], 3) for run in (R18, R18KJ, R18PB, R18B) for r in _arms(run)),
+              _the(n for r in _arms(R18) for n in r["steps_per_epoch"]))),
+    # its follow-ups: bfloat16
+    ("cpu-2core-best-resnet18.md", "`bf16-autocast` {} against {} s/epoch ({}x, p {}), and with torch.compile together "
+     "{} against the defaults' {} beside it ({}x)",
+     lambda: (lambda a, b: (_f(a["sec"]), _f(a["sec_default"]), _f(a["ratio"]), _p(a),
+                            _f(b["sec"]), _f(b["sec_default"]), _f(b["ratio"])))(
+         *(_decision(R18PB, "pytorch", s) for s in ("bf16-autocast", "together")))),
+    ("cpu-2core-best-resnet18.md", "Against the main run's fastest best (MXNet's float32 defaults, {}) that is {}x",
+     lambda: (_f(_fastest_best(R18)), _f(_best(R18PB, "pytorch") / _fastest_best(R18)))),
+    ("cpu-2core-best-resnet18.md", "{}x on TensorFlow ({} against {}), {}x on torch ({} against {}), both p <= {} and "
+     "kept; on JAX {}x, undecided ({} against {}: no gain measured)",
+     lambda: (*(x for fw in ("keras-tensorflow", "keras-torch") for d in [_decision(R18B, fw, "mixed-bf16")]
+                for x in (_f(d["ratio"]), _f(d["sec"]), _f(d["sec_default"]))),
+              _f(max(float(_p(_decision(R18B, fw, "mixed-bf16")).strip("< "))
+                     for fw in ("keras-tensorflow", "keras-torch")), 3),
+              *(lambda d: (_f(d["ratio"]), _f(d["sec_default"]), _f(d["sec"])))(_decision(R18B, "keras-jax", "mixed-bf16")))),
+    ("cpu-2core-best-resnet18.md", "**TensorFlow's `onednn-bf16` is {}x slower** ({} against {}, p {})",
+     lambda: (lambda d: (_f(d["ratio"]), _f(d["sec"]), _f(d["sec_default"]), _p(d)))(
+         _decision(R18B, "tensorflow", "onednn-bf16"))),
+    ("cpu-2core-best-resnet18.md", "Every bfloat16 arm's first 2 step losses are within {} of its defaults'",
+     lambda: (_e(max(g for run in (R18PB, R18B) for g in _first_gaps(run, 2, lambda st: any("bf16" in x for x in st)))),)),
+    # cpu-2core-jax-versions-profile.md: its two rounds of profiles
+    ("cpu-2core-jax-versions-profile.md", "Native mode's step without the profiler: 0.10.2 {} and {} ms, 0.7.1 {} and {} "
+     "ms, 0.10.2 with `ynn-fusion-off` {} and {} ms (rounds 1 and 2). Of 0.10.2's +{} and +{} ms against "
+     "`ynn-fusion-off` in the profiled window, convolution forward is +{} and +{} ms ({} and {} ms against {} and {}: "
+     "{}x), convolution backward +{} and +{} ms ({}, {} against {}, {}), activation +{} and +{} ms ({}, {} against "
+     "{}, {}), copies and layout +{} and +{} ms. Scratch mode the same, its convolution backward worse ({} and {} ms)",
+     lambda: (*(_f(_plain(r, _jv(v, "native", "lenet", y)), 1) for v, y in (("0.10.2", 0), ("0.7.1", 0), ("0.10.2", 1))
+                for r in JV),
+              *(_f(_ynn_gain(r, "native", "lenet"), 0) for r in JV),
+              *(x for c in ("conv forward", "conv backward", "activation") for x in (
+                  *(_f(_ynn_gain(r, "native", "lenet", c), 0) for r in JV),
+                  *(_f(_ms(r, _jv("0.10.2", "native", "lenet", y), c), 1) for y in (0, 1) for r in JV),
+                  *([_span([_ms(r, _jv("0.10.2", "native", "lenet"), c) / _ms(r, _jv("0.10.2", "native", "lenet", True), c)
+                             for r in JV], 1)] if c == "conv forward" else []))),
+              *(_f(_ynn_gain(r, "native", "lenet", "copies and layout"), 0) for r in JV),
+              *(_f(_ms(r, _jv("0.10.2", "scratch", "lenet"), "conv backward"), 1) for r in JV))),
+    ("cpu-2core-jax-versions-profile.md", "convolution classes are 0.7.1's or lower ({}-{} ms apart, the larger "
+     "differences in 0.10.2's favour), and its step is no slower than 0.7.1's ({} against {} ms in both modes)",
+     lambda: (*(_f(f(abs(_ms(r, _jv("0.10.2", m, "lenet", True), c) - _ms(r, _jv("0.7.1", m, "lenet"), c))
+                     for r in JV for m in MODES for c in ("conv forward", "conv backward")), 1) for f in (min, max)),
+              *(_span(_jvs(_plain, [(v, y)]), 1) for v, y in (("0.10.2", True), ("0.7.1", False))))),
+    ("cpu-2core-jax-versions-profile.md", "LeNet's average pooling takes {} ms a step in 0.10.2 with or without the "
+     "fusions, {} ms in 0.7.1 (its forward and backward together): {} ms a step, {}-{} % of the tuned step",
+     lambda: (lambda pool, gaps, steps: (
+         _span(_jvs(pool, [("0.10.2", False), ("0.10.2", True)]), 1), _span(_jvs(pool, [("0.7.1", False)]), 1),
+         _span(gaps, 1), *(_f(100 * f(g / t for g, t in zip(gaps, steps)), 0) for f in (min, max))))(
+         lambda r, k: _ms(r, k, "pooling"),
+         [_ms(r, _jv("0.10.2", m, "lenet", True), "pooling") - _ms(r, _jv("0.7.1", m, "lenet"), "pooling")
+          for r in JV for m in MODES], _jvs(_plain, [("0.10.2", True)]))),
+    ("cpu-2core-jax-versions-profile.md", "Step without the profiler: 0.10.2 {} and {} ms (native), {} and {} (scratch); "
+     "0.7.1 {} and {}; `ynn-fusion-off` {} and {}. Its convolutions (forward and backward together, since their split "
+     "moves between arms) take 0.10.2 {} ms a step with the fusions and {} ms without them (0.7.1: {} ms), while its "
+     "BatchNorm takes {} ms with the fusions and {} ms without: the fusions cost ResNet-18's convolutions {}-{} ms a "
+     "step and save its BatchNorm {}-{} ms",
+     lambda: (lambda bn, cost, saved: (
+         *(_f(_plain(r, _jv("0.10.2", m, "resnet18")), 1) for m in ("native", "scratch") for r in JV),
+         *(_span([_plain(r, _jv(v, m, "resnet18", y)) for r in JV], 1) for v, y in (("0.7.1", 0), ("0.10.2", 1))
+           for m in ("native", "scratch")),
+         *(_span(_jvs(_conv, [vy], model="resnet18"), 0) for vy in (("0.10.2", False), ("0.10.2", True), ("0.7.1", False))),
+         *(_span(_jvs(bn, [vy], model="resnet18"), 0) for vy in (("0.10.2", False), ("0.10.2", True))),
+         *(_tens(f(cost)) for f in (min, max)), *(_tens(f(saved)) for f in (min, max))))(
+         lambda r, k: _ms(r, k, "batchnorm"), [_ynn_gain(r, m, "resnet18", *CONV) for r in JV for m in MODES],
+         [-_ynn_gain(r, m, "resnet18", "batchnorm") for r in JV for m in MODES])),
+    ("cpu-2core-jax-versions-profile.md", "(LeNet {} ms, ResNet-18 {} ms)",
+     lambda: (_span(_jvs(lambda r, k: _ms(r, k, "other named ops"), [("0.7.1", False)]), 1),
+              _span(_jvs(lambda r, k: _ms(r, k, "other named ops"), [("0.7.1", False)], model="resnet18"), 0))),
+    ("cpu-2core-jax-versions-profile.md", "The profiler's cost stays within {}x of the unprofiled step in every row but "
+     "one (0.10.2 native ResNet-18 in round 2, {}x",
+     lambda: (lambda cost: (_span([c for k, c in cost.items() if k != (JV[1], _jv("0.10.2", "native", "resnet18"))]),
+                            _f(cost[JV[1], _jv("0.10.2", "native", "resnet18")])))(
+         {(f, k): r["profile"]["profiled_step_ms"] / r["profile"]["plain_step_ms"] for f in JV
+          for k, r in _profiles(f).items()})),
+    # cpu-2core-settings.md: JAX's settings run on the Intel Xeon, and cpu-2core-profile.md's rows there
+    ("cpu-2core-settings.md", "({} runs, 12 min of wall clock)",
+     lambda: (str(len(_arms(CS))),)),
+    ("cpu-2core-settings.md", "**One XLA flag makes JAX {}x faster here**",
+     lambda: (_span([d["sec_default"] / d["sec"] for d in (_decision(CS, "jax", "ynn-fusion-off", m) for m in MODES)], 1),)),
+    ("cpu-2core-settings.md", "native LeNet runs {} s/epoch against its default {}, scratch {} against {} (Welch, p {} both)",
+     lambda: (*(x for m in ("native", "scratch") for d in [_decision(CS, "jax", "ynn-fusion-off", m)]
+                for x in (_f(d["sec"]), _f(d["sec_default"]))),
+              _the(_p(_decision(CS, "jax", "ynn-fusion-off", m)) for m in MODES))),
+    ("cpu-2core-settings.md", "the 10th step's loss is {} in all {} runs, and test accuracy {} against the defaults' {}",
+     lambda: (_the(_f(r["step_losses"][9], 5) for r in _arms(CS)), str(len(_arms(CS))),
+              _the(_f(a, 4) for a in _kept_accuracies(CS, True)), _the(_f(a, 4) for a in _kept_accuracies(CS, False)))),
+    ("cpu-2core-settings.md", "TensorFlow's LeNet is at {} ms a step on the same machine ([cpu-2core-profile.md]"
+     "(cpu-2core-profile.md)), where JAX's convolutions take {} ms forward alone",
+     lambda: (_both("tensorflow", "lenet", digits=1), _both("jax", "lenet", "conv forward"))),
+    # cpu-2core-vit-sizes.md: its four sizes' compare records (and the default compare's, cpu-2core-vit-default/)
+    ("cpu-2core-vit-sizes.md", "so its {} s/epoch is high ({} on the idle machine in [cpu-2core-vit-default.md]",
+     lambda: (_f(_size("vit", "jax")), _f(_rows(VD)["jax", "native"]["sec/epoch"]))),
+    ("cpu-2core-vit-sizes.md", "gains {} points of test accuracy after the default 2 epochs ({} against {}, both "
+     "frameworks) at {}x the time an epoch (PyTorch {} against {} s, JAX {} against {}); finer patches (`vit_p4`, {} "
+     "tokens) gain {} points at {}x; both (`vit_p4w128`) gain {} points at {}x, its loss still falling ({} against "
+     "the default's {} after the second epoch",
+     lambda: (lambda gain, times: (
+         _one(gain("vit_w128"), 1), _the(_f(_size("vit_w128", fw, "test acc"), 4) for fw in TORCH_JAX),
+         _the(_f(_size("vit", fw, "test acc"), 4) for fw in TORCH_JAX), _span(times("vit_w128"), 1),
+         *(_f(_size(m, fw)) for fw in TORCH_JAX for m in ("vit_w128", "vit")),
+         str(_vit_tokens("vit_p4")), _one(gain("vit_p4"), 1), _span(times("vit_p4"), 1),
+         _one(gain("vit_p4w128"), 1), _span(times("vit_p4w128"), 1),
+         *(_one([_size(m, fw, "train loss") for fw in TORCH_JAX], 3) for m in ("vit_p4w128", "vit"))))(
+         lambda m: [100 * (_size(m, fw, "test acc") - _size("vit", fw, "test acc")) for fw in TORCH_JAX],
+         lambda m: [_size(m, fw) / _size("vit", fw) for fw in TORCH_JAX])),
+    ("cpu-2core-vit-sizes.md", "PyTorch's and JAX's test accuracies are within {} of each other at every size",
+     lambda: (_under(max(abs(_size(m, "pytorch", "test acc") - _size(m, "jax", "test acc")) for m in VIT_SIZES), 0.005, 3),)),
+    ("cpu-2core-vit-sizes.md", "the default compare's slowest rows (Paddle's two and MXNet's scratch, {} s an epoch "
+     "at the default) would take about {} minutes an epoch at `vit_p4w128` (a calculation: {}x)",
+     lambda: (lambda slow, x: (_span(slow, 0), _span([t * x / 60 for t in slow], 1), _f(x, 1)))(
+         sorted(r["sec/epoch"] for r in _rows(VD).values())[-3:],
+         min(_size("vit_p4w128", fw) / _size("vit", fw) for fw in TORCH_JAX))),
+    ("cpu-2core-vit-sizes.md", "PyTorch's achieved rate goes from {} GFLOP/s ({} % of the measured {} GFLOP/s sgemm "
+     "peak) to {} at `vit_w128` and {} at `vit_p4w128` ({} %); JAX's from {} to {}",
+     lambda: (lambda rate, peak: (
+         _f(rate("vit", "pytorch"), 0), _f(100 * _size("vit", "pytorch", "mfu"), 1), _f(peak, 0),
+         *(_f(rate(m, "pytorch"), 0) for m in ("vit_w128", "vit_p4w128")),
+         _span([100 * rate(m, "pytorch") / peak for m in ("vit_w128", "vit_p4w128")], 0),
+         _f(rate("vit", "jax"), 0), _span([rate(m, "jax") for m in ("vit_w128", "vit_p4w128")], 0)))(
+         lambda m, fw: _size(m, fw, "flops_per_sec_per_device") / 1e9,
+         _size("vit", "pytorch", "peak_flops_per_device") / 1e9)),
+    ("cpu-2core-vit-sizes.md", "(or `vit_d2l`, the book's, {} GFLOP per image)",
+     lambda: (_f(_model("vit_d2l").TRAIN_FLOPS_PER_IMAGE / 1e9),)),
+    # h100-default.md: its two compare runs' records (h100-default/)
+    ("h100-default.md", "every row is under {} % MFU (of the datasheet's TF32 peak) and under {} s per epoch. "
+     "JAX's native step, one jitted program, is the fastest ({} s/epoch); PyTorch eager {}; Keras on JAX {}; JAX "
+     "scratch, the chapter's split batch and hand-written all-reduce as separate jitted calls, {}; Keras on torch {}. "
+     "The repeats spread {}-{} %: read differences under {} % as none",
+     lambda: (lambda rows: (
+         _under(100 * max(r["mfu"] for r in rows.values()), 1), _under(max(r["sec/epoch"] for r in rows.values()), 0.5, 1),
+         _f(rows["jax", "native"]["sec/epoch"]), _span([rows["pytorch", m]["sec/epoch"] for m in MODES]),
+         _f(rows["keras-jax", "native"]["sec/epoch"]), _f(rows["jax", "scratch"]["sec/epoch"]),
+         _f(rows["keras-torch", "native"]["sec/epoch"]),
+         *(_f(100 * f(r["spread"] for r in rows.values()), 0) for f in (min, max)),
+         _under(100 * max(r["spread"] for r in rows.values()), 5)))(_rows(HL))),
+    ("h100-default.md", "**ResNet-18**: JAX {} s/epoch (about {} % MFU), Keras on JAX {}, PyTorch eager {} ({} %), "
+     "Keras on torch {}, with a {} GB allocator peak against PyTorch's {} GB",
+     lambda: (lambda rows: (
+         _span([rows["jax", m]["sec/epoch"] for m in MODES]),
+         _f(100 * statistics.mean(rows["jax", m]["mfu"] for m in MODES), 0),
+         _f(rows["keras-jax", "native"]["sec/epoch"]), _span([rows["pytorch", m]["sec/epoch"] for m in MODES]),
+         _span([100 * rows["pytorch", m]["mfu"] for m in MODES], 0), _f(rows["keras-torch", "native"]["sec/epoch"]),
+         _f(rows["keras-torch", "native"]["peak MB"] / 1e3, 1),
+         _span([rows["pytorch", m]["peak MB"] / 1e3 for m in MODES], 1)))(
+         _rows(HR))),
+    ("h100-default.md", "JAX native LeNet reached {} against {} for JAX scratch",
+     lambda: tuple(_f(_rows(HL)["jax", m]["test acc"], 4) for m in ("native", "scratch"))),
+    # h100-profile.md: PyTorch's profiled rows on the H100 (h100-profile/)
+    ("h100-profile.md", "ResNet-18 at batch {}: the kernels take {} ms of a {} ms profiled step, convolutions' "
+     "backward {} ms of them; LeNet at batch {}: {} ms of {} ms",
+     lambda: tuple(x for m in ("resnet18", "lenet") for rows in [[r for r in _profiles(H).values() if r["model"] == m]]
+                   for x in (_the(r["batch_size"] for r in rows), _one([r["profile"]["op_ms"] for r in rows], 1),
+                             _span([r["profile"]["window_ms"] for r in rows], 1),
+                             *([_one([_conv_grad(H, k) for k in _profiles(H) if k.endswith(m)], 1)]
+                               if m == "resnet18" else [])))),
+    ("h100-profile.md", "**The profiler's own cost is large on a GPU** ({}x the unprofiled step)",
+     lambda: (_span([r["profile"]["profiled_step_ms"] / r["profile"]["plain_step_ms"] for r in _profiles(H).values()], 1),)),
+    ("h100-profile.md", "a float32 GEMM with TF32 off ({} TFLOP/s measured)",
+     lambda: (_f(_json(H, "limits.json")["gflops"] / 1e3, 1),)),
+    # h100-settings.md: its two settings runs (h100-settings/) and h100-profile.md's LeNet rows
+    ("h100-settings.md", "(see [h100-profile.md](h100-profile.md): the kernels are {} ms of a {} ms step)",
+     lambda: (lambda rows: (_one([r["profile"]["op_ms"] for r in rows], 1),
+                            _span([r["profile"]["window_ms"] for r in rows], 1)))(
+         [r for r in _profiles(H).values() if r["model"] == "lenet"])),
+    ("h100-settings.md", "torch.compile's default mode is {}-{} % slower",
+     lambda: tuple(_f(100 * (f(_decision(HS, "pytorch", "compiled", m)["ratio"] for m in MODES) - 1), 0) for f in (min, max))),
+    ("h100-settings.md", "({} apart on LeNet's first steps with cuDNN's auto-tuner on)",
+     lambda: (_e(max(_first_gaps(HS, 10, lambda st: st == ["cudnn-benchmark"]))),)),
+    # cpu-2core-predictor.md: its reports (predictor/predict.md, predictor/link-16mib/predict.md) and records
+    ("cpu-2core-predictor.md", "ResNet-18's {} MB of gradients between two processes",
+     lambda: (_f(_p_bytes("resnet18") / 1e6, 1),)),
+    ("cpu-2core-predictor.md", "| t1, compute (1 device, batch sizes not fitted on) | {} | {} | {} % | "
+     "| t2, all-reduce (16 and 256 MiB, link fitted up to 1 MiB) | {} | {} | {} % | "
+     "| whole step, several devices or nodes | {} | {} | {} % | | the same 27 rows with t2 = 0 | {} | {} | {} % |",
+     lambda: tuple(x for t in ("t1 alone", "t2 alone", "whole step", "with t2 = 0") for x in _pred_scores("predict.md")[t])),
+    ("cpu-2core-predictor.md", "| t2, all-reduce (256 MiB, link fitted up to 16 MiB) | {} | {} | {} % | "
+     "| whole step, several devices or nodes | {} | {} | {} % | | the same 27 rows with t2 = 0 | {} | {} | {} % |",
+     lambda: tuple(x for t in ("t2 alone", "whole step", "with t2 = 0") for x in _pred_scores("link-16mib/predict.md")[t])),
+    ("cpu-2core-predictor.md", "predicts the third and fourth within {} % (LeNet 256 and 512, ResNet-18 16 and 32), "
+     "except Paddle's LeNet ({} %, {} %:",
+     lambda: (str(max(abs(e) for r in _pred("predict.md", 1) if (r["model"], r["framework"]) != ("lenet", "paddle")
+                      for e in _pc_cells([r]))),
+              *map(str, _pc_cells(_pred("predict.md", 1, model="lenet", framework="paddle"))))),
+    ("cpu-2core-predictor.md", "(PyTorch's gloo: 64 KiB in {} ms, 1 MiB in {} ms, {} GB/s; 16 MiB in {} ms, {} GB/s)",
+     lambda: (lambda rows: (_f(1e3 * rows[65536]["median_s"]), _f(1e3 * rows[2 ** 20]["median_s"], 1),
+                            _f(rows[2 ** 20]["algbw"]), _f(1e3 * rows[2 ** 24]["median_s"], 1),
+                            _f(rows[2 ** 24]["algbw"], 1)))(
+         {r["bytes"]: r for r in _json("predictor/allreduce", "pytorch-allreduce.devices.json")["rows"]
+          if r["variant"] == "native"})),
+    ("cpu-2core-predictor.md", "t2 for ResNet-18 is {} ms for PyTorch, and its 2-device and 2-node rows are "
+     "over-predicted by {}-{} %. Paddle's ({} ms predicted) stays within {} %",
+     lambda: (lambda torch, paddle: (
+         _the(_f(float(r["t2 ms"]), 0) for r in torch), *(str(f(_pc_cells(torch))) for f in (min, max)),
+         _the(_f(float(r["t2 ms"]), 0) for r in paddle), str(max(map(abs, _pc_cells(paddle))))))(
+         *(_pred("predict.md", 3, model="resnet18", framework=fw) for fw in ("pytorch", "paddle")))),
+    ("cpu-2core-predictor.md", "(PyTorch batch 4 over 2 devices: {} %; Paddle {} %), where the measured step exceeds "
+     "the compute by about {} ms",
+     lambda: (*(str(_pc_cells(_pred("predict.md", 3, model="resnet18", framework=fw, batch="4"), "error if t2 = 0")[0])
+                for fw in ("pytorch", "paddle")),
+              _f(_pred_over("predict.md"), 0))),
+    ("cpu-2core-predictor.md", "PyTorch's ResNet-18 at batch 4 on 2 devices (+{} % with t2, {} % without), Keras "
+     "across two nodes ({} %: fit waits on every step, a cross-worker reduction under MultiWorkerMirroredStrategy, "
+     "that the model has no term for) and on two devices ({} %), MXNet's two devices in one process ({} %, {} %), "
+     "TensorFlow across two nodes ({} %:",
+     lambda: (lambda row: (
+         *map(str, (_pc_cells(row("resnet18", "pytorch", "1", "4"))[0],
+                    _pc_cells(row("resnet18", "pytorch", "1", "4"), "error if t2 = 0")[0])),
+         *(str(_pc_cells(row("lenet", fw, n, b))[0]) for fw, n, b in (
+             ("keras-tensorflow", "2", "256"), ("keras-tensorflow", "1", "256"), ("mxnet", "1", "256"),
+             ("mxnet", "1", "512"), ("tensorflow", "2", "256")))))(
+         lambda m, fw, n, b: _pred("predict.md", 3, model=m, framework=fw, nodes=n, batch=b))),
+    ("cpu-2core-predictor.md", "Outside 20 % in both models ({} rows)",
+     lambda: ({6: "six"}.get(n := sum(1 for r in _pred("predict.md", 3) if abs(_pc_cells([r])[0]) > 20
+                                     and abs(_pc_cells([r], "error if t2 = 0")[0]) > 20), str(n)),)),
+    ("cpu-2core-predictor.md", "PyTorch's t2 for ResNet-18 is then {} ms ({} % off the 256 MiB all-reduce), and every "
+     "ResNet-18 row is within {} % (PyTorch batch 4 over 2 devices: {} %, where t2 = 0 misses by {} %); MXNet's 256 "
+     "MiB all-reduce stays {} %",
+     lambda: (lambda rows, row4: (
+         _the(_f(float(r["t2 ms"]), 0) for r in rows if r["framework"] == "pytorch"),
+         str(abs(_pc_cells(_pred("link-16mib/predict.md", 2, framework="pytorch", size="256 MiB"))[0])),
+         str(max(map(abs, _pc_cells(rows)))), str(_pc_cells(row4)[0]), str(_pc_cells(row4, "error if t2 = 0")[0]),
+         _pred("link-16mib/predict.md", 2, framework="mxnet", size="256 MiB")[0]["error"].rstrip("%")))(
+         _pred("link-16mib/predict.md", 3, model="resnet18"),
+         _pred("link-16mib/predict.md", 3, model="resnet18", framework="pytorch", nodes="1", batch="4"))),
+    ("cpu-2core-predictor.md", "(up to {} % of the predicted step here; a prediction, which the measured steps bear "
+     "out: PyTorch's exceeds its predicted compute by about {} ms)",
+     lambda: (str(max(_pc_cells(_pred("link-16mib/predict.md", 3, model="resnet18"), "t2 share"))),
+              _f(_pred_over("link-16mib/predict.md"), 0))),
+    # cpu-2core-vit-defaults.md: its report's paragraph (common/reports/vit_defaults.py), from its oracle's record
+    ("cpu-2core-vit-defaults.md", "` ({} threads). ",
+     lambda: (_json("cpu-2core-vit-defaults", "oracle.json")["threads"],)),
+    ("cpu-2core-vit-defaults.md", "The default-size ViT trained for {} SGD steps (batch {}, lr {}, float32)",
+     lambda: tuple(_the(r[k] for r in (_json("cpu-2core-vit-defaults", f"{n}.json") for n in VIT_DEFAULTS))
+                   for k in ("steps", "batch", "lr"))),
+    ("cpu-2core-vit-defaults.md", "a default moves the loss when its largest difference is more than {} x the "
+     "framework's float32 noise",
+     lambda: (_vit_defaults_report().NOISE_FACTOR,)),
+    ("cpu-2core-vit-defaults.md", "on {:,} points in [{}, {}]",
+     lambda: (lambda lo, hi, n: (int(n), lo, hi))(*_gelu_grid())),
+    ("cpu-2core-best-resnet18.md", "(constraints.txt); {}, {}-03:26 UTC",
+     lambda: _started(R18).split(" ")),
+    ("cpu-2core-best-resnet18.md", "({} repeats a side, {}-05:11 UTC the same day,",
+     lambda: (_the(_decision(R18KJ, "keras-jax", "ynn-fusion-off")["repeats"]),
+              _started(R18KJ).split(" ")[1])),
+    ("cpu-2core-best-resnet18.md", "# {}-07:34 UTC",
+     lambda: (_started(R18PB).split(" ")[1],)),
+    ("cpu-2core-best-resnet18.md", "# {}-08:21 UTC",
+     lambda: (_started(R18B).split(" ")[1],)),
+    ("cpu-2core-best-resnet18.md", "A ResNet-18 setting is held to its first {} step losses, not LeNet's {}",
+     lambda: tuple(_model(m).COMMANDS["settings"]["agree_steps"] for m in ("resnet18", "lenet"))),
+    ("cpu-2core-best-resnet18.md", "1 epoch of {} steps a run (after the loop's 2 warm-up steps)",
+     lambda: (_the(n for r in _arms(R18) for n in r["steps_per_epoch"]),)),
+    ("cpu-2core-best-resnet18.md", "these {} are within issue 37's aim of 1.5x",
+     lambda: ({5: "five"}.get(n := sum(_best(R18, g["framework"]) <= 1.5 * _fastest_best(R18) for g in _run(R18)["groups"]),
+                              str(n)),)),
+    ("cpu-2core-jax-versions-profile.md", "(LeNet at batch {}, {} profiled steps; ResNet-18 at batch {}, {} steps;",
+     lambda: tuple(x for m in ("lenet", "resnet18") for rows in [[r for f in JV for r in _profiles(f).values() if r["model"] == m]]
+                   for x in (_the(r["batch_size"] for r in rows), _the(r["profile"]["profile_steps"] for r in rows)))),
 ]
 
 
@@ -1008,12 +1490,14 @@ def test_a_pages_prose_figures_are_its_records():
     assert prose_problems(_pages()) == []
 
 
-def test_a_prose_figure_typed_by_hand_fails_the_check():
-    """Planted: the fastest best of vit-best's prose (1.97 s/epoch) typed as 1.96 in a copy
-    of the page; the check names that fragment and no other."""
+@pytest.mark.parametrize("page, typed, planted, named", [
+    ("cpu-2core-vit-best.md", "(1.97 s/epoch;", "(1.96 s/epoch;", "fastest best (1.97 s/epoch"),
+    # the figure this page had before it was held: MXNet's BatchNorm, 74.497 ms, rounded twice
+    ("cpu-2core-best-resnet18.md", "against 74 and 119:", "against 75 and 119:", "against 74 and 119: 8-10x")])
+def test_a_prose_figure_typed_by_hand_fails_the_check(page, typed, planted, named):
+    """Planted: one figure of a page's prose typed otherwise in a copy of the page; the check
+    names that fragment and no other."""
     pages = _pages()
-    page = "cpu-2core-vit-best.md"
-    assert "(1.97 s/epoch;" in pages[page]
-    planted = {**pages, page: pages[page].replace("(1.97 s/epoch;", "(1.96 s/epoch;")}
-    problems = prose_problems(planted)
-    assert len(problems) == 1 and "fastest best (1.97 s/epoch" in problems[0], problems
+    assert typed in pages[page]
+    problems = prose_problems({**pages, page: pages[page].replace(typed, planted)})
+    assert len(problems) == 1 and named in problems[0], problems
