@@ -236,17 +236,14 @@ def _loss_sum(y, logits):
 class Models:
     models = {name: KerasModelOps(name) for name in KERAS_MODELS}
 
-    def keras_model(self, model, params, state=(), sync_bn=False, stage=None, like=None):
+    def keras_model(self, model, params, state=(), sync_bn=False, stage=None):
         """The Keras model `model` with the common weights `params` and `state`, and its
         (parameter, state) variables in the common order; with a pipeline stage
-        (common/core/pipeline.py), the sub-model of its units and its variables; `like`:
-        a clone of that model (its layers' names, so its variables' paths, which a
-        LayoutMap names)."""
+        (common/core/pipeline.py), the sub-model of its units and its variables."""
         if models.family(model) not in KERAS_MODELS:
             self.model_ops(model)        # an unknown model or a known gap: a clear error
         build, slots, _ = KERAS_MODELS[models.family(model)]
-        m = (keras.models.clone_model(like) if like is not None
-             else build(model, sync_bn, units=None if stage is None else stage.units))
+        m = build(model, sync_bn, units=None if stage is None else stage.units)
         variables = slots(m, stage)
         self.set_weights(model, variables, params, state, stage)
         return m, variables

@@ -8,6 +8,8 @@ fsdp and tp: the same model.fit of one model laid out over the devices by
 keras.distribution.ModelParallel (a LayoutMap of the variables' paths; JAX's alone):
 fsdp's weights cut along their first axis over the batch's mesh axis, tp's as the
 model's TENSOR_SPLIT says over a "model" axis (Megatron's cut)."""
+import collections
+
 import numpy as np
 import keras
 
@@ -56,14 +58,14 @@ class Progress(keras.callbacks.Callback):
 
 class FitTrainer(Trainer):
     def __init__(self, backend, model, params, devices, lr, sync_bn=False, execution="graph",
-                 strategy=None, place=None, like=None):
+                 strategy=None, place=None):
         self.backend, self.name, self.ops = backend, model, backend.model_ops(model)
         self.place = place or current.placement(devices, sync_bn, strategy)
         with self.place.scope():
             # BatchNormalization(synchronized=sync_bn) on TensorFlow: without it each
             # replica keeps its own moving statistics (ON_READ variables under the strategy)
             self.model, (self.param_vars, self.state_vars) = backend.keras_model(
-                model, params, models.get(model).init_state(), sync_bn, like=like)
+                model, params, models.get(model).init_state(), sync_bn)
             self.model.compile(
                 optimizer=keras.optimizers.SGD(learning_rate=lr),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -147,21 +149,27 @@ class LaidOutTrainer(FitTrainer):
     """fsdp and tp: model.fit of one model laid out over the devices by
     keras.distribution.ModelParallel (frameworks/keras/backends: laid_out). A LayoutMap
     names variables by path, which a model's auto-named layers (LeNet's) change at every
-    build: the trainer's model is a clone of a first build, whose variables' paths and
-    shapes gave the layouts."""
+    build: a first build gives the paths and shapes, and Keras's name counters are set
+    back before the trainer's own build, which so names its layers the same.
+    (keras.models.clone_model would copy the names too, but its get_config imports
+    TensorFlow where it is installed: a Keras-on-JAX process must not load it.)"""
 
     def __init__(self, backend, model, params, devices, lr, execution, mode):
+        from keras.src.backend.common import global_state     # Keras's own name counters
         place = current.laid_out(devices, mode, MESHES[mode](len(devices)))
         if mode == "fsdp" and models.get(model).STATE_NAMES:
             raise NotApplicable(ONE_PROGRAM_BN)
-        first, (variables, _) = backend.keras_model(model, params)
+        counters = global_state.get_global_attribute(
+            "object_name_uids", collections.defaultdict(int), set_to_default=True)
+        before = collections.defaultdict(int, counters)
+        _, (variables, _) = backend.keras_model(model, params)
         self.axes = {"fsdp": fsdp_axes, "tp": tp_axes}[mode](model, variables, len(devices))
         for v, axes in zip(variables, self.axes):
             if axes is not None:
                 place.lay_out(v.path, axes)
         self.mode = mode
-        super().__init__(backend, model, params, devices, lr, execution=execution, place=place,
-                         like=first)
+        global_state.set_global_attribute("object_name_uids", before)
+        super().__init__(backend, model, params, devices, lr, execution=execution, place=place)
 
     def shard_arrays(self):
         """What each device holds of every parameter (framework layout), in the devices' order."""
