@@ -137,3 +137,16 @@ def test_the_avx2_path_caps_xlas_code_generation():
                               cwd=ROOT, check=True).stderr
     assert "Unknown CPU ISA" not in stderr(AVX2_EVERYWHERE["XLA_FLAGS"])
     assert "Unknown CPU ISA: BOGUS" in stderr("--xla_cpu_max_isa=BOGUS")
+
+
+def test_a_kernel_path_capped_below_avx512_leaves_no_avx512_flag(monkeypatch):
+    """make test-kernel-paths caps torch, oneDNN and XLA at AVX2 on an AVX-512 CPU: the
+    bfloat16 settings must then be refused as on an AVX2-only CPU (seen: with oneDNN
+    capped at AVX2, TensorFlow's onednn-bf16 step failed, "could not create a primitive
+    descriptor"), and nothing is dropped without a cap."""
+    monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})
+    assert machine.usable_flags({}) == {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}
+    for env in ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, {"ATEN_CPU_CAPABILITY": "avx2"},
+                {"XLA_FLAGS": "--xla_cpu_max_isa=AVX2"}):
+        assert machine.usable_flags(env) == {"avx2"}, env
+    assert machine.usable_flags({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}) == machine.cpu_flags()

@@ -93,6 +93,25 @@ def kernel_path_env(environ=None) -> dict[str, str]:
     return {k: environ[k] for k in KERNEL_PATH_VARS if k in environ}
 
 
+# What a kernel path caps below AVX-512 (make test-kernel-paths: torch's dispatch, oneDNN's
+# and XLA's ISA at AVX2): the CPU's AVX-512 and AMX flags then name no kernel a library
+# will pick (measured: with ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 BF16 CPU, TensorFlow's
+# bfloat16 convolution fails, "could not create a primitive descriptor")
+_CAPS = {"ATEN_CPU_CAPABILITY": ("default", "avx2"),
+         "ONEDNN_MAX_CPU_ISA": ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"),
+         "DNNL_MAX_CPU_ISA": ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2")}
+
+
+def usable_flags(environ=None) -> set[str]:
+    """The CPU's flags that its libraries' kernels may use: cpu_flags(), less AVX-512's and
+    AMX's where a kernel-path variable caps torch, oneDNN or XLA below AVX-512."""
+    environ = os.environ if environ is None else environ
+    capped = any(environ.get(k, "") in values for k, values in _CAPS.items()) or any(
+        f"--xla_cpu_max_isa={isa}" in environ.get("XLA_FLAGS", "") for isa in ("AVX2", "AVX", "SSE4_2"))
+    flags = cpu_flags()
+    return {f for f in flags if not f.startswith(("avx512", "amx"))} if capped else flags
+
+
 def cpu_line(env: dict) -> str:
     """Where a run went, in one line, from an env record (env_info()): the CPU model, its
     vector extensions and the kernel-path variables that were set."""

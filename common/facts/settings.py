@@ -234,9 +234,12 @@ def why_not(setting: Setting, device_kind: str, flags: set[str] | None = None,
                 "more (benchmarks.settings: --nodes 2 --link RATE)")
     if device_kind not in setting.devices:
         return f"{setting.name} applies to {' and '.join(setting.devices)} runs, not {device_kind}"
-    flags = machine.cpu_flags() if flags is None else flags
+    live = flags is None
+    flags = machine.usable_flags() if live else flags
     if setting.needs_flags and device_kind == "cpu" and not flags & set(setting.needs_flags):
-        return f"{setting.name} needs a CPU with {' or '.join(setting.needs_flags)}"
+        capped = (" (this CPU's are capped by a kernel-path variable)"
+                  if live and flags != machine.cpu_flags() else "")
+        return f"{setting.name} needs a CPU with {' or '.join(setting.needs_flags)}{capped}"
     if setting.needs_file and not os.path.exists(setting.needs_file):
         return f"{setting.name} needs {setting.needs_file}, which this machine lacks"
     return None
