@@ -225,6 +225,18 @@ class Trainer(ABC):
         return {}
 
 
+def held_figures(held, whole_bytes, split=None) -> dict:
+    """The figures of one model cut over the devices (fsdp, tp, tensor): each device's
+    bytes of what it holds between steps (`held`: per device, its arrays), the parameters'
+    bytes (`whole_bytes`: per parameter), and with `split` (the model's TENSOR_SPLIT axes)
+    the bytes every device holds whole."""
+    out = {"shard_bytes": [sum(a.nbytes for a in arrays) for arrays in held],
+           "param_bytes": sum(whole_bytes)}
+    if split is not None:
+        out["replicated_bytes"] = sum(n for n, axis in zip(whole_bytes, split) if axis is None)
+    return out
+
+
 class ModuleTrainer(Trainer):
     """A trainer of one replica per process held as one framework module (PyTorch's
     nn.Module, Paddle's Layer) whose read() gives (params, state) in the common layout

@@ -31,7 +31,7 @@ import numpy as np
 
 from common import models
 from common.core import perf
-from common.core.contract import Backend, NotApplicable, Trainer, TransformerOps
+from common.core.contract import Backend, NotApplicable, Trainer, TransformerOps, held_figures
 from common.facts import registry
 from common.models import vit
 
@@ -218,9 +218,6 @@ class TensorTrainer(Trainer):
                       for w, axis in zip(whole, self.split)] for i, d in enumerate(self.devices)]
 
     def figures(self):
-        held = self.shard_arrays()
-        replicated = sum(a.nbytes for a, axis in zip(held[0], self.split) if axis is None)
-        return {"shard_bytes": [sum(a.nbytes for a in h) for h in held],
-                "replicated_bytes": replicated,
-                "param_bytes": sum(int(np.prod(p)) * 4 for p in models.get(self.model).PARAM_SHAPES),
+        return {**held_figures(self.shard_arrays(), [int(np.prod(p)) * 4 for p in
+                                                     models.get(self.model).PARAM_SHAPES], self.split),
                 "sent_bytes_per_step": [self.sent] * len(self.devices)}

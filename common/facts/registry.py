@@ -42,10 +42,6 @@ _KERAS_JAX_BN = ("keras.distribution.DataParallel on JAX runs one program over t
                  "alone (run several devices with --sync-bn)")
 
 
-# the frameworks' own sharded data parallelism that issue 52 has still to write (fsdp mode)
-_FSDP_NOT_WRITTEN = "its own sharded data parallelism, {}, is not written here yet (issue 52)"
-# and their own tensor parallelism (tp mode)
-_TP_NOT_WRITTEN = "its own tensor parallelism, {}, is not written here yet (issue 52)"
 
 
 def _keras_lacks(name: str, **own: str) -> dict[str, str]:

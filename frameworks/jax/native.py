@@ -26,7 +26,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from common import models
-from common.core.contract import NotApplicable, Trainer
+from common.core.contract import NotApplicable, Trainer, held_figures
 from common.facts.data import shard_bounds
 from common.launch import slurm
 from common.results import hlo
@@ -148,11 +148,9 @@ class MeshTrainer(Trainer):
         (jit's cached program): which collectives XLA chose is the compiler's to say."""
         if not self.one_model:
             return {}
-        out = {"shard_bytes": [sum(a.nbytes for a in d) for d in self.shard_arrays()],
-               "param_bytes": sum(int(np.prod(p.shape)) * p.dtype.itemsize for p in self.params)}
-        if self.tensor:
-            out["replicated_bytes"] = sum(int(np.prod(p.shape)) * p.dtype.itemsize
-                                          for p, axis in zip(self.params, self.tensor) if axis is None)
+        out = held_figures(self.shard_arrays(),
+                           [int(np.prod(p.shape)) * p.dtype.itemsize for p in self.params],
+                           self.tensor or None)
         if self.compiled and self._inputs is not None:
             out["collective_bytes"] = hlo.collective_bytes(self._compiled_step().as_text())
         return out

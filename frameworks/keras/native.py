@@ -14,7 +14,7 @@ import numpy as np
 import keras
 
 from common import models
-from common.core.contract import NotApplicable, Trainer
+from common.core.contract import NotApplicable, Trainer, held_figures
 from common.core.loop import STEP_LOSSES_KEPT
 
 from .backends import current
@@ -178,12 +178,9 @@ class LaidOutTrainer(FitTrainer):
     def figures(self):
         """Each device's bytes of the parameters between steps, the parameters' bytes, and
         (tp) the bytes every device holds whole."""
-        size = [int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in self.param_vars]
-        out = {"shard_bytes": [sum(a.nbytes for a in d) for d in self.shard_arrays()],
-               "param_bytes": sum(size)}
-        if self.mode == "tp":
-            out["replicated_bytes"] = sum(n for n, axes in zip(size, self.axes) if axes is None)
-        return out
+        return held_figures(self.shard_arrays(),
+                            [int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in self.param_vars],
+                            models.get(self.name).TENSOR_SPLIT if self.mode == "tp" else None)
 
 
 class Native:

@@ -12,7 +12,7 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from common import models
-from common.core.contract import NotApplicable, Trainer
+from common.core.contract import NotApplicable, Trainer, held_figures
 from common.facts import devices as dev
 from common.facts.data import shard_bounds
 from common.facts.settings import COMM_BUFFER_MB
@@ -235,12 +235,8 @@ class DTensorTrainer(Trainer):
     def figures(self):
         """Each device's bytes of the parameters between steps, the parameters' bytes (tp:
         and those of the replicated ones)."""
-        whole = [int(np.prod(v.shape)) * v.dtype.size for v in self.vars]
-        out = {"shard_bytes": [sum(a.nbytes for a in d) for d in self.shard_arrays()],
-               "param_bytes": sum(whole)}
-        if self.split is not None:
-            out["replicated_bytes"] = sum(n for n, axis in zip(whole, self.split) if axis is None)
-        return out
+        return held_figures(self.shard_arrays(),
+                            [int(np.prod(v.shape)) * v.dtype.size for v in self.vars], self.split)
 
     def _gathered(self):
         """The parameters gathered whole (DTensor's all-gather) onto the first device."""
