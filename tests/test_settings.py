@@ -212,6 +212,7 @@ def test_mxnets_servers_each_receive_a_piece_of_the_big_arrays(tmp_path):
                 f"server {server} received the dense weight's pushes as {sorted(pushes)} bytes, "
                 f"not halves of {whole}")
     record, seen = ps_lite.run(tmp_path / "set", settings=["split-big-arrays"])
+    # --servers' default, one a node (tests/test_engines.py's servers check relies on it)
     assert ps_lite.servers_seen(record, seen) == [0, 1]
     split(seen)
     _, planted = ps_lite.run(tmp_path / "planted", settings=["split-big-arrays"],
