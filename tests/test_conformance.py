@@ -487,7 +487,10 @@ def test_the_oracle_cache_answers_only_the_same_question(tmp_path, monkeypatch):
 # Sharded mode's two collectives, each planted away in a framework process: the
 # reduce-scatter leaves each device its own rows of its own gradient (a shard's gradient
 # not reduced), the all-gather leaves every device's work copy as it was (the shards'
-# updates never reach the forward pass). The check must fail on both.
+# updates never reach the forward pass). And the gradients' bytes read off the whole work
+# copy's gradient instead of the reduce-scattered rows each device updates with (what a
+# ZeRO-1 step, every device keeping the whole gradient, would hold). The check must fail on
+# each.
 PLANTED_SHARDED_RUN = """
 import json, sys
 from common.core import sharded
@@ -496,10 +499,19 @@ from tests.helpers.conformance import run_checks
 b = registry.get(sys.argv[1], profiled=False)
 b.setup(cpu_devices=2, threads=1)
 keep = sharded.reduce_scatter, sharded.all_gather
+
+class Whole:          # a reduced gradient that says it has the whole gradient's shape
+    def __init__(self, g, shape):
+        self.g, self.shape = g, shape
+    def __mul__(self, s):
+        return self.g * s
+
 plants = {"none": {},
           "no reduce-scatter": {"reduce_scatter": lambda b, grads, bounds, devices: [
               b.rows(g, lo, hi) for g, (lo, hi) in zip(grads, bounds)]},
-          "no all-gather": {"all_gather": lambda b, shards, targets: None}}
+          "no all-gather": {"all_gather": lambda b, shards, targets: None},
+          "gradients whole": {"reduce_scatter": lambda b, grads, bounds, devices: [
+              Whole(g, tuple(grads[0].shape)) for g in keep[0](b, grads, bounds, devices)]}}
 results = {}
 for plant, swap in plants.items():
     sharded.reduce_scatter, sharded.all_gather = keep
@@ -516,7 +528,8 @@ print(json.dumps(results))
                                        if f in covered() and (f, "sharded") not in registry.KNOWN_GAPS][:1])
 def test_sharded_check_fails_without_either_collective(framework):
     """sharded_two_devices_match_oracle holds as the code is, and fails with the
-    reduce-scatter's sum planted away and with the all-gather planted away."""
+    reduce-scatter's sum planted away, with the all-gather planted away, and with each
+    device's gradients counted whole."""
     proc = run_python(["-c", PLANTED_SHARDED_RUN, framework], framework=framework)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -524,6 +537,9 @@ def test_sharded_check_fails_without_either_collective(framework):
     for plant in ("no reduce-scatter", "no all-gather"):
         assert re.match(r"failed: AssertionError: sharded step losses vs the oracle \(2 shards\)",
                         results[plant]), (plant, results[plant])
+    assert re.match(r"failed: AssertionError: the devices update their rows with \[516272, 516272\] "
+                    r"bytes of gradients, not their rows' \[258136, 258136\]",
+                    results["gradients whole"]), results["gradients whole"]
 
 
 # Tensor mode's two all-reduces, each planted away in a framework process: g after a

@@ -425,3 +425,18 @@ def test_the_split_table_sets_each_mode_beside_its_own_formula():
     text = runs.markdown_report(runs.summarize([tensor, native]), [tensor, native], "cmd")
     assert "## One model split over the devices" in text
     assert "## One model split" not in runs.markdown_report(runs.summarize([native]), [native], "cmd")
+
+
+def test_the_split_tables_gradient_column_shows_where_a_record_has_its_gradients():
+    """grads MB/dev, the most any device holds of its gradients (grad_bytes), is a column
+    where some row has it ('-' in the others) and none where no record has it (records
+    written before it: a committed page's table unchanged)."""
+    from common.reports import splits
+    old = _record(mode="sharded", devices=2, shard_bytes=[600, 400], param_bytes=1000)
+    new = {**old, "grad_bytes": [600, 400]}
+    for records, shown in (([old], False), ([old, new], True)):
+        rows = splits.rows(records)
+        header = splits.table(rows, markdown=True).columns
+        assert ("grads MB/dev" in [c.header for c in header]) is shown
+        assert ("grads MB/dev:" in splits.definitions(rows)[0]) is shown
+    assert [r["grads MB/dev"] for r in splits.rows([old, new])] == [None, 600 / splits.MB]

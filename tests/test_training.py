@@ -684,13 +684,23 @@ def _fsdp_holds(worker_record, framework, record) -> None:
         f"the ranks hold {held} bytes of the parameters' {whole}, not about half each")
 
 
+def _grads_as_held(record) -> None:
+    """Each rank updates its parameters with gradients of its own parts' bytes (FSDP2's
+    reduce-scattered shards, DTensor's local parts), not the whole model's."""
+    assert record["grad_bytes"] == record["shard_bytes"], (
+        f"the ranks step with {record['grad_bytes']} bytes of gradients, not their parts' "
+        f"{record['shard_bytes']} (of the model's {record['param_bytes']})")
+
+
 @pytest.mark.parametrize("framework", FSDP_PROCESSES)
 def test_fsdp_with_a_process_per_device_is_one_device(worker_record, framework):
     """The framework's own sharded data parallelism, a process per device, on LeNet from
     Glorot weights (2 devices on a batch are 1 device on it): step losses, parameters and
     the update as native x1's and the oracle's, and each rank holding about half of the
-    parameters' bytes between steps."""
-    _fsdp_holds(worker_record, framework, _ok(worker_record(framework, "fsdp", 2, "lenet", **GLOROT)))
+    parameters' bytes between steps, and its gradients as many bytes as its shards."""
+    record = _ok(worker_record(framework, "fsdp", 2, "lenet", **GLOROT))
+    _fsdp_holds(worker_record, framework, record)
+    _grads_as_held(record)
 
 
 # Planted: DDP's replicas in place of FSDP2's shards: the same numbers, every parameter whole
@@ -706,6 +716,26 @@ def test_fsdp_check_fails_with_the_parameters_whole_on_every_rank(worker_record,
     record = _ok(planted_run(tmp_path, FSDP_AS_DDP, _lenet_glorot_config("pytorch", "fsdp", 2)))
     with pytest.raises(AssertionError, match="not about half each"):
         _fsdp_holds(worker_record, "pytorch", record)
+
+
+
+# Planted: the gradients' bytes read as their global sizes (a DTensor's numel is the whole
+# tensor's), not each rank's local part
+GRADS_READ_WHOLE = """
+from frameworks.pytorch import native
+def _update(self):
+    self.grad_held = sum(p.grad.numel() * p.grad.element_size() for p in self.module.parameters()
+                         if p.grad is not None)
+    native.DDPTrainer._update(self)
+native.FSDPTrainer._update = _update
+"""
+
+
+@pytest.mark.skipif("pytorch" not in FSDP_PROCESSES, reason="needs pytorch")
+def test_fsdp_grad_check_fails_with_the_gradients_read_whole(tmp_path):
+    record = _ok(planted_run(tmp_path, GRADS_READ_WHOLE, _lenet_glorot_config("pytorch", "fsdp", 2)))
+    with pytest.raises(AssertionError, match="not their parts'"):
+        _grads_as_held(record)
 
 
 # The frameworks whose own tensor parallelism runs a process per device (PyTorch's DTensor):
@@ -731,8 +761,11 @@ def test_tp_with_a_process_per_device_is_one_device(worker_record, framework):
     """The framework's own tensor parallelism, a process per device, on the tiny ViT from
     Glorot weights (2 devices running the whole batch are 1 device): step losses,
     parameters and the update as native x1's and the oracle's, and each rank holding its
-    half of every weight TENSOR_SPLIT cuts and the rest whole."""
-    _tp_holds(worker_record, framework, _ok(worker_record(framework, "tp", 2, "vit_tiny", **GLOROT)))
+    half of every weight TENSOR_SPLIT cuts and the rest whole, and its gradients as many
+    bytes as its parts."""
+    record = _ok(worker_record(framework, "tp", 2, "vit_tiny", **GLOROT))
+    _tp_holds(worker_record, framework, record)
+    _grads_as_held(record)
 
 
 # Planted: DDP's replicas in place of DTensor's cut: the same numbers (every rank runs the

@@ -225,6 +225,11 @@ class Trainer(ABC):
         return {}
 
 
+def float32_bytes(shapes) -> int:
+    """The bytes of float32 arrays of these shapes (a gradient's or a parameter's)."""
+    return sum(4 * int(np.prod(tuple(s), dtype=np.int64)) for s in shapes)
+
+
 def held_figures(held, whole_bytes, split=None) -> dict:
     """The figures of one model cut over the devices (fsdp, tp, tensor): each device's
     bytes of what it holds between steps (`held`: per device, its arrays), the parameters'

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from common.core.contract import Backend, Replica, Trainer
+from common.core.contract import Backend, Replica, Trainer, float32_bytes
 from common.facts.data import shard_bounds
 
 
@@ -51,10 +51,12 @@ def reduce_scatter(b: Backend, grads: list, bounds: list[tuple[int, int]], devic
 
 
 def sharded_batch(b: Backend, X, y, replicas: list[Replica], shards: list[list],
-                  bounds: list[list[tuple[int, int]]], devices: Sequence[str], lr: float):
+                  bounds: list[list[tuple[int, int]]], devices: Sequence[str], lr: float,
+                  grad_shapes: list[list] | None = None):
     """One step of sharded data parallelism over len(devices) devices; shards[i] is device
-    i's list of parameter shards, updated in place (the list). Returns the batch's mean
-    loss (a handle)."""
+    i's list of parameter shards, updated in place (the list); grad_shapes[i], where
+    given, takes the shapes of the gradients device i updates its shards with. Returns
+    the batch's mean loss (a handle)."""
     for p in range(len(shards[0])):
         all_gather(b, [s[p] for s in shards], [r[p] for r in replicas])
     X_shards, y_shards = b.split_batch(X, y, devices)
@@ -65,6 +67,8 @@ def sharded_batch(b: Backend, X, y, replicas: list[Replica], shards: list[list],
     for p in range(len(shards[0])):
         summed = reduce_scatter(b, [g[p] for g in grads], [bd[p] for bd in bounds], devices)
         for i, g in enumerate(summed):
+            if grad_shapes is not None:
+                grad_shapes[i][p] = tuple(g.shape)
             shards[i][p] = b.add([shards[i][p], g * (-scale)], devices[i])
     for r in replicas:
         b.clear_grads(r)
@@ -95,6 +99,7 @@ class ShardedTrainer(Trainer):
             r.execution = execution
         self.shapes = [tuple(b.to_numpy(p).shape) for p in self.replicas[0]]
         self.bounds = row_bounds(self.shapes, len(self.devices))
+        self.grad_shapes = [[()] * len(self.shapes) for _ in self.devices]
         self._cut()
 
     def _cut(self) -> None:
@@ -105,7 +110,7 @@ class ShardedTrainer(Trainer):
     def step(self, X, y):
         b = self.backend
         return sharded_batch(b, b.tensor(X, "cpu:0"), b.tensor(y, "cpu:0"), self.replicas,
-                             self.shards, self.bounds, self.devices, self.lr)
+                             self.shards, self.bounds, self.devices, self.lr, self.grad_shapes)
 
     def losses(self, handles):
         self.backend.synchronize()
@@ -142,4 +147,5 @@ class ShardedTrainer(Trainer):
     def figures(self):
         shard = [sum(a.nbytes for a in s) for s in self.shard_arrays()]
         return {"shard_bytes": shard, "param_bytes": sum(int(np.prod(s)) * 4 for s in self.shapes),
+                "grad_bytes": [float32_bytes(s) for s in self.grad_shapes],
                 "sent_bytes_per_step": sent_bytes(self.shapes, self.bounds)}

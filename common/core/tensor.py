@@ -31,7 +31,8 @@ import numpy as np
 
 from common import models
 from common.core import perf
-from common.core.contract import Backend, NotApplicable, Trainer, TransformerOps, held_figures
+from common.core.contract import (Backend, NotApplicable, Trainer, TransformerOps, float32_bytes,
+                                   held_figures)
 from common.facts import registry
 from common.models import vit
 
@@ -134,15 +135,18 @@ def _backward(b, s, n_params, devices, run, log) -> list[list]:
 
 
 def tensor_batch(b: Backend, ops: TransformerOps, X, y, held: list[list], devices: Sequence[str],
-                 lr: float, log: list):
+                 lr: float, log: list, grad_shapes: list | None = None):
     """One step of k-way tensor parallelism; held[i] is device i's list of parameters
-    (whole or its part), replaced by their SGD update (scaled by the batch). Returns the
-    batch's mean loss (a handle)."""
+    (whole or its part), replaced by their SGD update (scaled by the batch); grad_shapes,
+    where given, takes each device's gradients' shapes. Returns the batch's mean loss (a
+    handle)."""
     s = vit.shape(ops.name)
     run = _Run(b, devices, recording=True)
     losses = _forward(b, ops, s, X, y, held, devices, run, log)
     grads = _backward(b, s, len(held[0]), devices, run, log)
     scale = lr / X.shape[0]
+    if grad_shapes is not None:
+        grad_shapes[:] = [[tuple(g.shape) for g in gs] for gs in grads]
     for i, d in enumerate(devices):
         held[i] = [b.add([p, g * (-scale)], d) for p, g in zip(held[i], grads[i])]
     return losses[0] / X.shape[0]
@@ -174,14 +178,14 @@ class TensorTrainer(Trainer):
             raise NotApplicable(f"{backend.name}'s {model} is not written as a transformer's pieces")
         self.model, self.devices, self.lr = model, list(devices), lr
         self.split = models.get(model).TENSOR_SPLIT
-        self.sent = 0
+        self.sent, self.grad_shapes = 0, [[] for _ in self.devices]
         self.load_params(params, state)
 
     def step(self, X, y):
         b = self.backend
         log = []
         loss = tensor_batch(b, self.ops, b.tensor(X, "cpu:0"), b.tensor(y, "cpu:0"), self.held,
-                            self.devices, self.lr, log)
+                            self.devices, self.lr, log, self.grad_shapes)
         self.sent = max(self.sent, sum(log))      # a full batch's, not a last short one's
         return loss
 
@@ -220,4 +224,5 @@ class TensorTrainer(Trainer):
     def figures(self):
         return {**held_figures(self.shard_arrays(), [int(np.prod(p)) * 4 for p in
                                                      models.get(self.model).PARAM_SHAPES], self.split),
-                "sent_bytes_per_step": [self.sent] * len(self.devices)}
+                "sent_bytes_per_step": [self.sent] * len(self.devices),
+                "grad_bytes": [float32_bytes(s) for s in self.grad_shapes]}

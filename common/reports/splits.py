@@ -15,7 +15,9 @@ from common.results.record import model_of
 from common.results.utilisation import all_devices
 
 COLUMNS = ("framework", "model", "mode", "devices", "model MB", "held MB/dev", "whole MB/dev",
-           "sent MB/step/dev", "formula MB/step/dev", "compiled collectives MB")
+           "grads MB/dev", "sent MB/step/dev", "formula MB/step/dev", "compiled collectives MB")
+# shown where some row has it (records written before grad_bytes have none)
+OPTIONAL = ("grads MB/dev",)
 MB = 1e6
 
 
@@ -46,6 +48,7 @@ def rows(records: list[dict]) -> list[dict]:
                     "held MB/dev": max(r["shard_bytes"]) / MB,
                     "whole MB/dev": (r["replicated_bytes"] / MB
                                      if r.get("replicated_bytes") is not None else None),
+                    "grads MB/dev": max(r["grad_bytes"]) / MB if r.get("grad_bytes") else None,
                     "sent MB/step/dev": max(sent) / MB if sent else None,
                     "formula MB/step/dev": formula / MB if formula is not None else None,
                     "compiled collectives MB": (sum(collectives.values()) / MB
@@ -59,13 +62,18 @@ def table(split_rows: list[dict], markdown: bool = False) -> Table | None:
     t = (Table(box=box.MARKDOWN) if markdown else
          Table(title="one model split over the devices", box=box.SIMPLE_HEAD,
                padding=(0, 1, 0, 0), pad_edge=False, show_edge=False))
-    for c in COLUMNS:
+    columns = _columns(split_rows)
+    for c in columns:
         t.add_column(c, justify="left" if c in ("framework", "model", "mode") else "right")
     for row in split_rows:
         t.add_row(*(Text("-" if row[c] is None else
                          f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]))
-                    for c in COLUMNS))
+                    for c in columns))
     return t
+
+
+def _columns(split_rows: list[dict]) -> list[str]:
+    return [c for c in COLUMNS if c not in OPTIONAL or any(r[c] is not None for r in split_rows)]
 
 
 def definitions(split_rows: list[dict]) -> list[str]:
@@ -75,7 +83,12 @@ def definitions(split_rows: list[dict]) -> list[str]:
             "bytes. held MB/dev: the most any device holds of them between steps (sharded, "
             "fsdp: its rows of each parameter; tensor, tp: its columns or rows of each split "
             "weight, and the rest whole), read from the devices' arrays; whole MB/dev: of "
-            "those, what every device holds whole (tensor, tp). sent MB/step/dev: what each "
+            "those, what every device holds whole (tensor, tp). "
+            + ("grads MB/dev: the most any device holds of the gradients it updates its "
+               "parameters with, after the step's exchange, read from the gradient arrays "
+               "('-': not read in that framework's own split). "
+               if "grads MB/dev" in _columns(split_rows) else "")
+            + "sent MB/step/dev: what each "
             "device sends a step, counted by the suite's own collectives as they move "
             "(sharded: all-gather and reduce-scatter; tensor: the all-reduces of the "
             "activations, a ring's 2(k-1)/k of each). formula MB/step/dev, a calculation "

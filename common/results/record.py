@@ -47,6 +47,9 @@ RECORD_KEYS = (
     "shard_bytes", "param_bytes", "sent_bytes_per_step",
     # tensor mode (common/core/tensor.py): the bytes every device holds whole
     "replicated_bytes",
+    # sharded and tensor mode by hand, PyTorch's fsdp and tp, Paddle's tp: each device's
+    # bytes of the gradients it updates its parameters with (after the step's exchange)
+    "grad_bytes",
     # fsdp mode where one compiled program runs the step (JAX): the bytes its collectives
     # carry, by kind, read from the program (common/results/hlo.py: collective_bytes)
     "collective_bytes",

@@ -76,9 +76,12 @@ class DataParallelTrainer(ModuleTrainer):
         # DataParallel averages gradients over ranks; this scale makes the result
         # the gradient of the full batch's mean loss, whatever the shard sizes.
         (loss * ((1 if self.whole_batch else self.world) / self.batch)).backward()
+        self._update()
+        return loss.detach()
+
+    def _update(self):
         self.opt.step()
         self.opt.clear_grad()
-        return loss.detach()
 
     def losses(self, handles):
         sums = paddle.stack(handles)
@@ -90,6 +93,13 @@ class DataParallelTrainer(ModuleTrainer):
         self.module.eval()
         with paddle.no_grad():
             return self.module(paddle.to_tensor(X)).numpy()
+
+
+def _local_bytes(t) -> int:
+    """The bytes of a tensor this rank holds: a distributed tensor's own piece
+    (_local_value), a plain one whole."""
+    t = t._local_value() if t.is_dist() else t
+    return int(t.numel()) * t.element_size()
 
 
 class TPTrainer(DataParallelTrainer):
@@ -107,8 +117,13 @@ class TPTrainer(DataParallelTrainer):
     whole_batch = True
 
     def __init__(self, layer, split, lr, rank, world):
-        self.split = split
+        self.split, self.grad_held = split, 0
         super().__init__(layer, lr, rank, world)
+
+    def _update(self):
+        # this rank's bytes of the gradients the optimizer steps with: their local pieces
+        self.grad_held = sum(_local_bytes(p.grad) for p in self.module.slots() if p.grad is not None)
+        super()._update()
 
     def _distribute(self, model, comm):
         mesh = dist.ProcessMesh(list(range(self.world)), dim_names=["mp"])
@@ -138,13 +153,11 @@ class TPTrainer(DataParallelTrainer):
 
         def whole(p):            # held whole on every rank: a plain tensor or a replicated one
             return not p.is_dist() or all(isinstance(q, dist.Replicate) for q in p.placements)
-        # _local_value: the rank's own piece of a distributed tensor
-        held = sum(int((p._local_value() if p.is_dist() else p).numel()) * p.element_size()
-                   for p in ps)
-        every = []
-        dist.all_gather_object(every, held)
+        every, grads = [], []
+        dist.all_gather_object(every, sum(_local_bytes(p) for p in ps))
+        dist.all_gather_object(grads, self.grad_held)
         size = [int(np.prod(p.shape)) * p.element_size() for p in ps]
-        return {"shard_bytes": every, "param_bytes": sum(size),
+        return {"shard_bytes": every, "grad_bytes": grads, "param_bytes": sum(size),
                 "replicated_bytes": sum(n for n, p in zip(size, ps) if whole(p))}
 
 

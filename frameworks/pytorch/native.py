@@ -90,9 +90,12 @@ class DDPTrainer(ModuleTrainer):
         # DDP averages gradients over ranks; this scale makes the result the gradient
         # of the full batch's mean loss, whatever the shard sizes.
         (loss * ((1 if self.whole_batch else self.world) / self.batch)).backward()
+        self._update()
+        return loss.detach()
+
+    def _update(self):
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        return loss.detach()
 
     def losses(self, handles):
         sums = torch.stack(handles)
@@ -109,6 +112,12 @@ class DDPTrainer(ModuleTrainer):
 
 
 
+def _local_bytes(t) -> int:
+    """The bytes of a tensor this rank holds: a DTensor's local part, a plain tensor whole."""
+    t = t.to_local() if hasattr(t, "to_local") else t
+    return t.numel() * t.element_size()
+
+
 class FSDPTrainer(DDPTrainer):
     """FSDP2 (torch.distributed.fsdp.fully_shard) over the ranks, one process per device:
     each block of a layered model (its `blocks`) a unit of its own, the root the rest.
@@ -119,8 +128,14 @@ class FSDPTrainer(DDPTrainer):
     module, through which the whole parameters are read and written (full state dicts)."""
 
     def __init__(self, module, fresh, device, lr, rank, world):
-        self.fresh = fresh
+        self.fresh, self.grad_held = fresh, 0
         super().__init__(module, device, lr, rank, world)
+
+    def _update(self):
+        # this rank's bytes of the gradients the optimizer steps with: their local shards
+        self.grad_held = sum(_local_bytes(p.grad) for p in self.module.parameters()
+                             if p.grad is not None)
+        super()._update()
 
     def _distribute(self, bucket_cap_mb, comm_hook):
         from torch.distributed.fsdp import fully_shard
@@ -167,11 +182,10 @@ class FSDPTrainer(DDPTrainer):
 
     def figures(self):
         # a parameter FSDP left whole (none should be) counts whole
-        held = sum(getattr(p, "to_local", lambda p=p: p)().numel() * p.element_size()
-                   for p in self._sharded())
-        every = [None] * self.world
-        dist.all_gather_object(every, held)
-        return {"shard_bytes": every,
+        every, grads = [None] * self.world, [None] * self.world
+        dist.all_gather_object(every, sum(_local_bytes(p) for p in self._sharded()))
+        dist.all_gather_object(grads, self.grad_held)
+        return {"shard_bytes": every, "grad_bytes": grads,
                 "param_bytes": sum(p.numel() * p.element_size() for p in self.module.parameters())}
 
 

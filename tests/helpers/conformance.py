@@ -380,6 +380,9 @@ def sharded_two_devices_match_oracle(b, name):
     kept = _holds_rows(trainer.shard_arrays(), whole, model, lambda w: shard_bounds(w.shape[0], 2))
     fig = trainer.figures()
     assert fig["shard_bytes"] == kept
+    assert fig["grad_bytes"] == kept, (
+        f"the devices update their rows with {fig['grad_bytes']} bytes of gradients, not "
+        f"their rows' {kept}: a gradient not reduce-scattered")
     assert sum(fig["shard_bytes"]) == fig["param_bytes"] == 4 * sum(
         int(np.prod(s)) for s in model.PARAM_SHAPES), "the shards are not the whole model"
     assert fig["sent_bytes_per_step"] == [perf.sharded_bytes(fig["param_bytes"], 2, regather=False)] * 2
@@ -405,6 +408,10 @@ def _holds_parts(trainer, model, got, b) -> dict:
     fig = trainer.figures()
     assert fig["replicated_bytes"] == replicated and fig["param_bytes"] == sum(sizes)
     assert fig["shard_bytes"] == [replicated + (sum(sizes) - replicated) // 2] * 2, fig["shard_bytes"]
+    if "grad_bytes" in fig:        # where the trainer reads its gradients (tensor mode by hand)
+        assert fig["grad_bytes"] == fig["shard_bytes"], (
+            f"the devices' gradients are {fig['grad_bytes']} bytes, not those of their parts "
+            f"{fig['shard_bytes']}")
     return fig
 
 
