@@ -99,7 +99,7 @@ class ShardedTrainer(Trainer):
             r.execution = execution
         self.shapes = [tuple(b.to_numpy(p).shape) for p in self.replicas[0]]
         self.bounds = row_bounds(self.shapes, len(self.devices))
-        self.grad_shapes = [[()] * len(self.shapes) for _ in self.devices]
+        self.grad_shapes = [[(0,)] * len(self.shapes) for _ in self.devices]    # none before a step
         self._cut()
 
     def _cut(self) -> None:
