@@ -718,7 +718,6 @@ def test_fsdp_check_fails_with_the_parameters_whole_on_every_rank(worker_record,
         _fsdp_holds(worker_record, "pytorch", record)
 
 
-
 # Planted: the gradients' bytes read as their global sizes (a DTensor's numel is the whole
 # tensor's), not each rank's local part
 GRADS_READ_WHOLE = """

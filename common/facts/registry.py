@@ -42,8 +42,6 @@ _KERAS_JAX_BN = ("keras.distribution.DataParallel on JAX runs one program over t
                  "alone (run several devices with --sync-bn)")
 
 
-
-
 def _keras_lacks(name: str, **own: str) -> dict[str, str]:
     """What every Keras row lacks (a scratch loop; nn.DataParallel is PyTorch's), with the
     row's own gaps."""

@@ -153,11 +153,11 @@ class TPTrainer(DataParallelTrainer):
 
         def whole(p):            # held whole on every rank: a plain tensor or a replicated one
             return not p.is_dist() or all(isinstance(q, dist.Replicate) for q in p.placements)
-        every, grads = [], []
-        dist.all_gather_object(every, sum(_local_bytes(p) for p in ps))
-        dist.all_gather_object(grads, self.grad_held)
+        every = []                        # each rank's (parameters', gradients') bytes
+        dist.all_gather_object(every, (sum(_local_bytes(p) for p in ps), self.grad_held))
         size = [int(np.prod(p.shape)) * p.element_size() for p in ps]
-        return {"shard_bytes": every, "grad_bytes": grads, "param_bytes": sum(size),
+        return {"shard_bytes": [held for held, _ in every], "grad_bytes": [g for _, g in every],
+                "param_bytes": sum(size),
                 "replicated_bytes": sum(n for n, p in zip(size, ps) if whole(p))}
 
 

@@ -182,10 +182,9 @@ class FSDPTrainer(DDPTrainer):
 
     def figures(self):
         # a parameter FSDP left whole (none should be) counts whole
-        every, grads = [None] * self.world, [None] * self.world
-        dist.all_gather_object(every, sum(_local_bytes(p) for p in self._sharded()))
-        dist.all_gather_object(grads, self.grad_held)
-        return {"shard_bytes": every, "grad_bytes": grads,
+        every = [None] * self.world       # each rank's (parameters', gradients') bytes
+        dist.all_gather_object(every, (sum(_local_bytes(p) for p in self._sharded()), self.grad_held))
+        return {"shard_bytes": [held for held, _ in every], "grad_bytes": [g for _, g in every],
                 "param_bytes": sum(p.numel() * p.element_size() for p in self.module.parameters())}
 
 
