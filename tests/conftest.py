@@ -290,7 +290,7 @@ def conformance(tmp_path_factory):
 # which needs two, is checked on LeNet).
 RUN_SHAPE = {"lenet": {"batch_size": 256, "lr": 0.2, "steps_per_epoch": 20, "init": "chapter",
                        "eval_samples": 512},
-             "resnet18": {"batch_size": 8, "lr": 0.1, "eval_samples": 32, "steps_per_epoch": 2,
+             "resnet18_tiny": {"batch_size": 8, "lr": 0.1, "eval_samples": 32, "steps_per_epoch": 2,
                           "warmup_steps": 1, "init": "chapter"},
              # the ViT's checks train its tiny size (CHECK_MODEL), as LeNet's from Glorot
              "vit_tiny": {"batch_size": 32, "lr": 0.2, "steps_per_epoch": 3, "init": "glorot",

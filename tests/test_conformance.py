@@ -13,6 +13,9 @@ from tests.helpers.conformance import check_ids
 from tests.conftest import covered, run_python
 from tests.test_pipeline import PLANTED_1F1B_FAILS
 
+# ResNet-18 at the conformance checks' size (its CHECK_MODEL: fewer, narrower stages)
+RESNET = models.get("resnet18").CHECK_MODEL
+
 
 @pytest.mark.parametrize("check", check_ids(models.check_models()))
 @pytest.mark.parametrize("framework", covered())
@@ -73,10 +76,10 @@ def test_evaluation_check_fails_when_evaluation_uses_batch_statistics():
     BatchNorm in training mode (the batch's statistics instead of the running ones, as a
     trainer left in training mode evaluates) fails it."""
     from tests.helpers.conformance import TOLERANCES, _evaluation_matches_oracle
-    model = models.get("resnet18")
-    _evaluation_matches_oracle(_OracleTrainer(model, False), model, TOLERANCES["resnet18"], "eval")
+    model = models.get(RESNET)
+    _evaluation_matches_oracle(_OracleTrainer(model, False), model, TOLERANCES[RESNET], "eval")
     with pytest.raises(AssertionError, match="evaluation logits vs the oracle's evaluation forward"):
-        _evaluation_matches_oracle(_OracleTrainer(model, True), model, TOLERANCES["resnet18"],
+        _evaluation_matches_oracle(_OracleTrainer(model, True), model, TOLERANCES[RESNET],
                                    "planted")
 
 
@@ -88,19 +91,20 @@ def test_gradient_check_fails_on_a_wrong_small_gradient():
     comparison, 5e-2 of the model's largest gradient, passed all three."""
     from tests.helpers.conformance import (ORACLE_BATCH, TOLERANCES, _batch, _close, _grads_close,
                                    _nontrivial_params)
-    model, tol = models.get("resnet18"), TOLERANCES["resnet18"]
-    X, y = _batch(ORACLE_BATCH["resnet18"])
+    model, tol = models.get(RESNET), TOLERANCES[RESNET]
+    X, y = _batch(ORACLE_BATCH[RESNET])
     want = model.loss_and_grads(_nontrivial_params(model), X, y)[2]
     got = [w.astype(np.float32) for w in want]
     _grads_close(model, got, want, tol)
     largest = max(np.abs(w).max() for w in want)
-    beta = model.PARAM_NAMES.index("stage4.block2.bn1.beta")
+    last = model.BLOCKS[-1]["name"]
+    beta = model.PARAM_NAMES.index(f"{last}.bn1.beta")
     bias = model.BLOCKS[-1]["conv1"]["bias"]
     # the third hands the conv bias its BatchNorm's beta gradient: what a BatchNorm
     # backward that left out the batch mean would, up to gamma / std
-    for i, wrong, what in ((beta, 0 * got[beta], "stage4.block2.bn1.beta"),
-                           (beta, 1.2 * got[beta], "stage4.block2.bn1.beta"),
-                           (bias, got[beta], r"stage4.block2.conv1.bias \(zero in theory\)")):
+    for i, wrong, what in ((beta, 0 * got[beta], f"{last}.bn1.beta"),
+                           (beta, 1.2 * got[beta], f"{last}.bn1.beta"),
+                           (bias, got[beta], fr"{last}.conv1.bias \(zero in theory\)")):
         planted = list(got)
         planted[i] = wrong
         _close("the old comparison", planted[i], want[i], 5e-2, largest)
@@ -117,20 +121,21 @@ def test_parameter_check_fails_on_a_wrong_small_update():
     model's largest update, passed all three."""
     from tests.helpers.conformance import (CHECK_LR, ORACLE_BATCH, TOLERANCES, _batch, _close,
                                    _nontrivial_params, _updates_close)
-    model, tol = models.get("resnet18"), TOLERANCES["resnet18"]
-    X, y = _batch(ORACLE_BATCH["resnet18"])
+    model, tol = models.get(RESNET), TOLERANCES[RESNET]
+    X, y = _batch(ORACLE_BATCH[RESNET])
     start = _nontrivial_params(model)
     grads = model.loss_and_grads(start, X, y)[2]
     want = [p - CHECK_LR * g / len(y) for p, g in zip(start, grads)]
     got = [w.astype(np.float32) for w in want]
     _updates_close(model, "float32", got, want, start, tol)
     largest = max(np.abs(w - p).max() for w, p in zip(want, start))
-    beta = model.PARAM_NAMES.index("stage4.block2.bn1.beta")
+    last = model.BLOCKS[-1]["name"]
+    beta = model.PARAM_NAMES.index(f"{last}.bn1.beta")
     bias = model.BLOCKS[-1]["conv1"]["bias"]
     step = got[beta] - start[beta]
-    for i, wrong, what in ((beta, start[beta], "stage4.block2.bn1.beta"),
-                           (beta, start[beta] + 2 * step, "stage4.block2.bn1.beta"),
-                           (bias, start[bias] + step, r"stage4.block2.conv1.bias's update \(zero")):
+    for i, wrong, what in ((beta, start[beta], f"{last}.bn1.beta"),
+                           (beta, start[beta] + 2 * step, f"{last}.bn1.beta"),
+                           (bias, start[bias] + step, fr"{last}.conv1.bias's update \(zero")):
         planted = list(got)
         planted[i] = wrong
         _close("the old comparison", planted[i], want[i], 5e-2, largest)
@@ -146,6 +151,7 @@ FIRST_KEEPERS = [f for f in ("mxnet", "tensorflow", "jax") if f in covered()
                  and not registry.gap(f, "model")][:1]
 PLANTED_1F1B_RUN = """
 import json, sys
+from common import models
 from common.facts import registry
 from tests.helpers.conformance import model_mode_1f1b_equals_gpipe, model_mode_matches_oracle
 from tests.test_pipeline import PLANTED_1F1B
@@ -162,11 +168,11 @@ for name, plant in PLANTED_1F1B.items():
     undo = plant()
     results[name] = outcome()
     undo()
-# ResNet-18's 1F1B against the oracle per micro-batch (the check itself passed in this
+# ResNet-18's (at its check size) 1F1B against the oracle per micro-batch (the check itself passed in this
 # framework's conformance run), with the tapes taken as a stack
 undo = PLANTED_1F1B["tape stack"]()
 results["resnet18 tape stack"] = outcome(lambda: model_mode_matches_oracle(
-    b, "resnet18", schedules=("1f1b",)))
+    b, models.get("resnet18").CHECK_MODEL, schedules=("1f1b",)))
 undo()
 print(json.dumps(results))
 """
@@ -369,7 +375,7 @@ def _ranked_resnet18_matches_oracle(runs, params, oracle, run) -> None:
     from tests.helpers.conformance import (ORACLE_BATCH, TOLERANCES, _batch, _close,
                                    _nontrivial_params, _updates_close)
     from tests.test_training import UPDATE_RTOL, _update_errors
-    model, tol = models.get("resnet18"), TOLERANCES["resnet18"]
+    model, tol = models.get(RESNET), TOLERANCES[RESNET]
     n, what = len(model.PARAM_NAMES), f"{run} (a process per stage) vs the oracle per micro-batch"
     initial, start = _nontrivial_params(model), model.init_state()
     got = [params[f"{run}/{i}"] for i in range(n)]
@@ -384,11 +390,11 @@ def _ranked_resnet18_matches_oracle(runs, params, oracle, run) -> None:
     # (its fingerprints made once for every run: 0.3 s each)
     fingerprints = oracle.setdefault("fingerprints", {"initial": [*initial, *start],
                                                       "tensors": [*want, *want_state]})
-    off = _update_errors({"param_fingerprint": runs[run]["fingerprint"]}, "resnet18", fingerprints)
+    off = _update_errors({"param_fingerprint": runs[run]["fingerprint"]}, RESNET, fingerprints)
     bad = {name: f"{e:.1e}" for name, e in zip([*model.PARAM_NAMES, *model.STATE_NAMES], off)
-           if e > UPDATE_RTOL["resnet18"]}
+           if e > UPDATE_RTOL[RESNET]}
     assert not bad, f"{what}: the reported updates differ from the oracle's, of their own size: {bad}"
-    X, y = _batch(ORACLE_BATCH["resnet18"], seed=0)        # the step's batch
+    X, y = _batch(ORACLE_BATCH[RESNET], seed=0)        # the step's batch
     own = model.cross_entropy(model.forward(
         [np.asarray(p, np.float64) for p in got], X,
         state=[np.asarray(s, np.float64) for s in state], training=False), y).mean()

@@ -27,8 +27,8 @@ from tests.conftest import RUN_SHAPE, covered, planted_run
 # update: summed gradients, SGD) to 2e-2, against a jump of 2.4 -> 5.8 that a
 # missing or doubled reduction would change by far more; later steps only have to
 # be finite.
-LOSS_ATOL = {"resnet18": [2e-5, 2e-2]}
-ORACLE_STEPS = {"resnet18": 2}     # the float64 oracle of ResNet-18 is slow
+LOSS_ATOL = {"resnet18_tiny": [2e-5, 2e-2]}
+ORACLE_STEPS = {"resnet18_tiny": 2}     # the float64 oracle of ResNet-18 is slow
 
 # The LeNet runs of the multi-device checks (2 devices, 2 stages, against 1 device)
 # start from Glorot weights, where every layer's update moves the loss and the
@@ -285,8 +285,8 @@ def _oracle(model_name, shards=1, init=None, steps=None):
 # 4.8e-5 (MXNet); PyTorch native x2 with ATEN_CPU_CAPABILITY=default, ONEDNN_MAX_CPU_ISA=
 # SSE41 and MKL_ENABLE_INSTRUCTIONS=SSE4_2: 6.2e-3 and 2.9e-5. Planted
 # (FROZEN_AND_DOUBLED): 0.90 and 0.27, 2.5e-3. ResNet-18: see SYNC_BN_STEPS.
-UPDATE_RTOL = {"lenet": 1e-1, "resnet18": 5e-2, "vit_tiny": 1e-1}
-FINAL_LOSS_ATOL = {"lenet": 2e-4, "resnet18": 1e-4, "vit_tiny": 2e-4}
+UPDATE_RTOL = {"lenet": 1e-1, "resnet18_tiny": 5e-2, "vit_tiny": 1e-1}
+FINAL_LOSS_ATOL = {"lenet": 2e-4, "resnet18_tiny": 1e-4, "vit_tiny": 2e-4}
 
 
 def _update_errors(record, model, oracle) -> np.ndarray:
@@ -380,7 +380,7 @@ def _all_agree(runs: dict, model: str, what: str = "", tol=None) -> None:
                    tol)
 
 
-SYNC_BN_MODELS = [m for m in models.NAMES if models.get(m).STATE_NAMES]
+SYNC_BN_MODELS = [m for m in models.check_models() if models.get(m).STATE_NAMES]
 # Synchronised BatchNorm's runs take one step (ResNet-18's others take two): after the
 # second step from the chapter's weights float32's chaos (LOSS_ATOL) leaves correct runs'
 # parameters 0.2 to 0.6 of their update apart, tensor by tensor (TensorFlow native x1,
@@ -504,7 +504,7 @@ def test_compiled_execution_runs_the_same_steps(worker_record, framework):
 # normalises each micro-batch by itself: against the oracle run micro-batch by
 # micro-batch.
 MODEL_RUNS = {"lenet": {"micro_batches": 4, **GLOROT},
-              "resnet18": {"micro_batches": 2, "steps": 2},
+              "resnet18_tiny": {"micro_batches": 2, "steps": 2},
               "vit_tiny": {"micro_batches": 2, **GLOROT}}
 
 

@@ -10,6 +10,7 @@ and what each holds); its Backend is composed of their classes.
 """
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Sequence
 
@@ -85,6 +86,23 @@ class ModelOps(ABC):
         unit lo-1's output (the images when lo is 0); logits when hi is the last unit.
         Only the units' own entries of `params` and `state` are read."""
         raise NotApplicable(f"{type(self).__name__} cannot be cut into pipeline stages yet")
+
+
+class SizedOps(ModelOps):
+    """A model written once for all its sizes, its structure read from the size's model
+    module (self.R: common.models.get(self.name)), so that one object serves each size
+    of it (ResNet-18's: SIZES in common/models/resnet18.py); sized() is a copy for
+    another size."""
+    name = "resnet18"
+
+    @property
+    def R(self):
+        return models_mod.get(self.name)
+
+    def sized(self, model: str) -> "SizedOps":
+        other = copy.copy(self)
+        other.name = model
+        return other
 
 
 class UnitsOps(ModelOps):

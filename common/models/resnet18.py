@@ -12,10 +12,19 @@ with conv1 3x3 (stride s, pad 1), conv2 3x3 (pad 1), and shortcut a 1x1 conv of
 stride 2 in the first block of stages 2-4 (no BatchNorm on it), else the identity.
 Every conv has a bias, as in the book. Spatial sizes: 28, 28, 14, 7, 4.
 
+That is the default size; SIZES holds another, "tiny" (`--model resnet18_tiny`): two
+stages of 16 and 32 channels, the same kinds of layers, which the conformance checks
+train (CHECK_MODEL). variant() runs this file again with the size's STAGES, so every
+name below is that size's.
+
 Layout as LeNet's (PyTorch/MXNet): images NCHW, conv weights OIHW, dense weights
 (in, out). Parameters are listed in the order a forward pass meets them.
 """
 from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -23,7 +32,18 @@ from numpy.lib.stride_tricks import sliding_window_view
 from common import models
 from common.models import costs, layouts
 
-NAME = CHECK_MODEL = "resnet18"     # its checks train it as it is
+# The model's sizes: "default", the chapter's ResNet-18; "tiny", what the conformance
+# checks train (CHECK_MODEL): the same layers (the stem, identity blocks, a strided block
+# with its 1x1 shortcut, BatchNorm, pooling and the dense head) in two stages of 16 and 32
+# channels. What those checks pay for is compilation (torch.compile's kernels, XLA's
+# programs and JAX's op-by-op primitives), which follows the count of distinct layers,
+# not their width (docs/testing.md, "How long it takes").
+SIZES = {"default": ((64, 1), (128, 2), (256, 2), (512, 2)),    # (channels, first stride)
+         "tiny": ((16, 1), (32, 2))}
+_SIZE = globals().get("_SIZE", "default")     # variant() sets it before it runs this file
+NAME = "resnet18" if _SIZE == "default" else f"resnet18_{_SIZE}"
+FAMILY = "resnet18"               # what every size's ops are keyed by (models.family)
+CHECK_MODEL = "resnet18_tiny"
 DROPOUT = 0.0                     # the chapter's has none
 NUM_CLASSES = 10
 IMAGE_SHAPE = (1, 28, 28)
@@ -32,7 +52,7 @@ BN_EPS = 1e-5
 # PyTorch's convention: running = (1 - BN_MOMENTUM) * running + BN_MOMENTUM * batch.
 # Keras/TensorFlow, MXNet gluon and Paddle weight the old value instead: momentum 0.9.
 BN_MOMENTUM = 0.1
-STAGES = ((64, 1), (128, 2), (256, 2), (512, 2))     # (channels, stride of the first block)
+STAGES = SIZES[_SIZE]
 
 
 def _build():
@@ -56,8 +76,9 @@ def _build():
         return {"gamma": len(names) - 2, "beta": len(names) - 1,
                 "mean": len(state_names) - 2, "var": len(state_names) - 1}
 
-    stem = {"conv": conv("stem.conv", IMAGE_SHAPE[0], 64, 3), "bn": bn("stem.bn", 64)}
-    blocks, cin = [], 64
+    width = STAGES[0][0]
+    stem = {"conv": conv("stem.conv", IMAGE_SHAPE[0], width, 3), "bn": bn("stem.bn", width)}
+    blocks, cin = [], width
     for s, (cout, stride) in enumerate(STAGES, start=1):
         for b in (1, 2):
             name = f"stage{s}.block{b}"
@@ -69,7 +90,7 @@ def _build():
             blocks.append(block)
             cin = cout
     names.extend(["fc.weight", "fc.bias"])
-    shapes.extend([(512, NUM_CLASSES), (NUM_CLASSES,)])
+    shapes.extend([(cin, NUM_CLASSES), (NUM_CLASSES,)])
     kinds.extend(["dense_weight", "dense_bias"])
     fc = {"weight": len(names) - 2, "bias": len(names) - 1}
     return (tuple(names), tuple(shapes), tuple(kinds), tuple(state_names), tuple(state_shapes),
@@ -92,7 +113,7 @@ def _units():
         ps = [i for layer in layers if layer for k, i in layer.items() if k in ("weight", "bias", "gamma", "beta")]
         ss = [i for layer in layers if layer for k, i in layer.items() if k in ("mean", "var")]
         return tuple(sorted(ps)), tuple(sorted(ss))
-    units, h = [("stem", *slots(STEM["conv"], STEM["bn"]), (64, IMAGE_SHAPE[1], IMAGE_SHAPE[2]))], IMAGE_SHAPE[1]
+    units, h = [("stem", *slots(STEM["conv"], STEM["bn"]), (STAGES[0][0], IMAGE_SHAPE[1], IMAGE_SHAPE[2]))], IMAGE_SHAPE[1]
     for b in BLOCKS:
         h = _spatial(h, b["stride"])
         units.append((b["name"], *slots(b["conv1"], b["bn1"], b["conv2"], b["bn2"], b["shortcut"]),
@@ -147,7 +168,7 @@ def _unit_macs() -> list[int]:
     """Multiply-adds per image of the forward pass of each unit of UNITS (the stem, each
     block's convs, the dense layer)."""
     h = IMAGE_SHAPE[1]
-    macs = [h * h * 64 * IMAGE_SHAPE[0] * 9]
+    macs = [h * h * STAGES[0][0] * IMAGE_SHAPE[0] * 9]
     for block in BLOCKS:
         ho = _spatial(h, block["stride"])
         m = ho * ho * block["out"] * block["in"] * 9 + ho * ho * block["out"] * block["out"] * 9
@@ -155,7 +176,7 @@ def _unit_macs() -> list[int]:
             m += ho * ho * block["out"] * block["in"]
         macs.append(m)
         h = ho
-    macs.append(512 * NUM_CLASSES)
+    macs.append(STAGES[-1][0] * NUM_CLASSES)
     return macs
 
 
@@ -424,3 +445,20 @@ def loss_and_grads(params, X, y, state=None, unbiased_running_var=True):
     dz = bn_back(dh * (y0 > 0), xhat, inv, STEM["bn"])
     conv_back(tape["X"], dz, STEM["conv"], 1, 1)
     return loss, logits, grads
+
+
+def variant(size: str) -> ModuleType:
+    """This model at another of SIZES: this file run again as a module of its own, named
+    resnet18_<size>, with that size's STAGES, so that every name it defines (the oracle,
+    the costs, walk, the units) is that size's; registered, so common.models.get takes it
+    by that name in this process (a fresh one calls variant first)."""
+    if size not in SIZES:
+        raise ValueError(f"resnet18: unknown size {size!r}; choose from: {', '.join(SIZES)}")
+    if size == "default":
+        return sys.modules[__name__]
+    spec = importlib.util.spec_from_file_location(f"{__name__}_{size}", __file__)
+    m = importlib.util.module_from_spec(spec)
+    m._SIZE = size
+    sys.modules[spec.name] = m        # importable by its name, as torch.compile's tracer needs
+    spec.loader.exec_module(m)
+    return models.register(m)

@@ -3,11 +3,13 @@ OIHW filters: XLA picks its own memory layout). JAX is functional: in training,
 `apply` writes BatchNorm's new running statistics into the `state` list it is given
 (a Python list, so this works inside jax.jit and jax.vjp too, where the caller
 returns that list), and `loss_and_grads` returns them."""
+import copy
+
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from common.core.contract import ModelOps, TransformerOps
+from common.core.contract import ModelOps, SizedOps, TransformerOps
 from common.models import resnet18 as R, vit
 
 from .devices import value
@@ -73,19 +75,23 @@ def batch_norm(x, gamma, beta, state, i, training, groups=1):
     return (y + beta[None, None, :, None, None]).reshape(x.shape)
 
 
-class ResNet18(ModelOps):
+class ResNet18(SizedOps):
     unbiased_running_var = True      # as PyTorch
 
     def __init__(self, groups=1):
         self.groups = groups         # BatchNorm's shards (batch_norm), native mode's replicas
 
     def grouped(self, groups):
-        return ResNet18(groups)
+        other = copy.copy(self)      # this size's
+        other.groups = groups
+        return other
 
     def apply(self, params, state, X, training):
-        return self.apply_units(params, state, X, (0, len(R.UNITS)), training)
+        return self.apply_units(params, state, X, (0, len(self.R.UNITS)), training)
 
     def apply_units(self, params, state, X, units, training):
+        R = self.R                   # this size's structure
+
         def conv(x, c, stride, pad):
             return conv2d(x, params[c["weight"]], params[c["bias"]], stride, pad)
 

@@ -41,7 +41,9 @@ def layer_name(param_name):
 def keras_resnet18(model="resnet18", sync_bn=False, units=None):
     """The chapter's concise ResNet-18 as a functional Keras model, each layer named
     after its parameters in common/models/resnet18.py (see named_slots); with units
-    (lo, hi), only those units of R.UNITS (a pipeline stage, model mode)."""
+    (lo, hi), only those units of R.UNITS (a pipeline stage, model mode); the Keras model
+    is named `model` (the size: named_slots reads its structure by that name)."""
+    R = models.get(model)
     lo, hi = units or (0, len(R.UNITS))
     def conv(x, c, stride, pad):
         name = layer_name(R.PARAM_NAMES[c["weight"]])
@@ -69,7 +71,7 @@ def keras_resnet18(model="resnet18", sync_bn=False, units=None):
         h = layers.ReLU()(layers.Add()([y, conv(h, b["shortcut"], b["stride"], 0) if b["shortcut"] else h]))
     if hi > R.HEAD:
         h = layers.Dense(R.NUM_CLASSES, name="fc")(layers.GlobalAveragePooling2D()(h))
-    return keras.Model(X, h, name="resnet18")
+    return keras.Model(X, h, name=model)
 
 
 def keras_slots(m, stage=None):
@@ -85,7 +87,10 @@ _ATTRS = {"weight": "kernel", "bias": "bias", "gamma": "gamma", "beta": "beta",
 def named_slots(m, stage=None):
     """(parameters, state) in the order of PARAM_NAMES and STATE_NAMES (of a pipeline
     stage's: stage.params, stage.state), found by layer name (a functional model's
-    weights come in graph order, with the moving statistics among the parameters)."""
+    weights come in graph order, with the moving statistics among the parameters); m is
+    named after its model (keras_resnet18)."""
+    R = models.get(m.name)
+
     def find(names):
         return [getattr(m.get_layer(layer_name(n)), _ATTRS[n.rsplit(".", 1)[1]]) for n in names]
     if stage is None:

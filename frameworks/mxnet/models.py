@@ -6,8 +6,8 @@ from mxnet import gluon, nd
 from mxnet.gluon import nn
 
 from common import models
-from common.core.contract import ModelOps, TransformerOps
-from common.models import lenet as L, resnet18 as R, vit
+from common.core.contract import ModelOps, SizedOps, TransformerOps
+from common.models import lenet as L, vit
 
 loss = gluon.loss.SoftmaxCrossEntropyLoss()
 
@@ -30,16 +30,18 @@ class LeNet(ModelOps):
         return X
 
 
-class ResNet18(ModelOps):
+class ResNet18(SizedOps):
     # MXNet 1.x updates the running statistics in the backward pass, with the biased
     # variance; momentum is the weight of the old value (0.9 = PyTorch's 0.1)
     unbiased_running_var = False
     running_stats_in_backward = True   # measured: a pipeline's M micro-batches update them last to first
 
     def apply(self, params, state, X, training, F=nd):
-        return self.apply_units(params, state, X, (0, len(R.UNITS)), training, F)
+        return self.apply_units(params, state, X, (0, len(self.R.UNITS)), training, F)
 
     def apply_units(self, params, state, X, units, training, F=nd):
+        R = self.R                   # this size's structure
+
         def conv(x, c, stride, pad):
             shape = R.PARAM_SHAPES[c["weight"]]
             return F.Convolution(data=x, weight=params[c["weight"]], bias=params[c["bias"]],
@@ -158,16 +160,19 @@ class Residual(nn.HybridBlock):
 def gluon_resnet18(model, sync_devices=0):
     """The chapter's concise resnet18(10) in gluon; BatchNorm synchronised over
     sync_devices contexts when that is more than zero (gluon.contrib's SyncBatchNorm)."""
+    R = models.get(model)            # the size's structure
+
     def norm(c):
         kw = dict(momentum=1 - R.BN_MOMENTUM, epsilon=R.BN_EPS, in_channels=c)
         return (gluon.contrib.nn.SyncBatchNorm(num_devices=sync_devices, **kw) if sync_devices
                 else nn.BatchNorm(**kw))
+    width = R.STAGES[0][0]
     net = nn.HybridSequential()
-    net.add(nn.Conv2D(64, kernel_size=3, strides=1, padding=1, in_channels=1), norm(64),
+    net.add(nn.Conv2D(width, kernel_size=3, strides=1, padding=1, in_channels=1), norm(width),
             nn.Activation("relu"))
     for b in R.BLOCKS:
         net.add(Residual(b["in"], b["out"], b["shortcut"] is not None, b["stride"], norm))
-    net.add(nn.GlobalAvgPool2D(), nn.Dense(R.NUM_CLASSES, in_units=512))
+    net.add(nn.GlobalAvgPool2D(), nn.Dense(R.NUM_CLASSES, in_units=R.STAGES[-1][0]))
     return net
 
 
@@ -245,13 +250,14 @@ def gluon_vit(model, sync_devices=0):
     return GluonViT(model)
 
 
-def _registered_slots(net):
+def _registered_slots(net, model):
     params = list(net.collect_params().values())   # registered in the common order
     return params, []
 
 
-def _resnet18_slots(net):
+def _resnet18_slots(net, model):
     """The gluon Parameters in the order of PARAM_NAMES and STATE_NAMES."""
+    R = models.get(model)
     blocks = list(net)[3:3 + len(R.BLOCKS)]
     return R.layer_slots((net[0], net[1]), [(m.conv1, m.bn1, m.conv2, m.bn2, m.conv3)
                                             for m in blocks], net[-1],
@@ -278,8 +284,8 @@ def vit_layout(model):
     return _transposing(lambda i, p: kinds[i] == "dense_weight")
 
 
-# model family (common.models.family) -> (build(model, sync_devices), its (parameters,
-# state) in the common order, layout(model): its conversions (common -> gluon,
+# model family (common.models.family) -> (build(model, sync_devices), slots(net, model):
+# its (parameters, state) in the common order, layout(model): its conversions (common -> gluon,
 # gluon -> common))
 GLUON_MODELS = {"lenet": (gluon_lenet, _registered_slots, every_2d_layout),
                 "resnet18": (gluon_resnet18, _resnet18_slots, every_2d_layout),

@@ -28,7 +28,7 @@ class GluonTrainer(Trainer):
         self.sync_bn = sync_bn and len(devices) > 1
         self.net = build(model, len(devices) if self.sync_bn else 0)
         self.net.initialize(ctx=self.ctxs)
-        self.params, self.state = slots(self.net)
+        self.params, self.state = slots(self.net, model)
         self.load_params(params, state)
         if execution == "compiled":
             self.net.hybridize(static_alloc=True, static_shape=True)

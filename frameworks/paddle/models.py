@@ -6,7 +6,8 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from common.core.contract import ModelOps, TransformerOps
+from common import models
+from common.core.contract import ModelOps, SizedOps, TransformerOps
 from common.models import resnet18 as R, vit
 
 # Paddle's BatchNorm momentum weights the old running value: 0.9 is PyTorch's 0.1
@@ -40,15 +41,17 @@ class LeNet(ModelOps):
         return X
 
 
-class ResNet18(ModelOps):
+class ResNet18(SizedOps):
     # F.batch_norm's running variance takes the batch's biased variance (measured against
     # the oracle: 4e-7 with the biased one, 1e-4 with the unbiased)
     unbiased_running_var = False
 
     def apply(self, params, state, X, training):
-        return self.apply_units(params, state, X, (0, len(R.UNITS)), training)
+        return self.apply_units(params, state, X, (0, len(self.R.UNITS)), training)
 
     def apply_units(self, params, state, X, units, training):
+        R = self.R                   # this size's structure
+
         def conv(x, c, stride, pad):
             # the bias added expanded (plus_bias): F.conv2d's broadcasting add and its
             # gradient took 0.60 of 2.33 s op time per step at batch 64 (profiled; native
@@ -96,18 +99,21 @@ class ResNet18Layer(nn.Layer):
     keeps (in, out)); slots() maps them to the common order. BatchNorm2D is what
     SyncBatchNorm.convert_sync_batchnorm replaces."""
 
-    def __init__(self, params, state):
+    def __init__(self, params, state, model="resnet18"):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2D(1, 64, kernel_size=3, stride=1, padding=1),
-                                  batch_norm_2d(64), nn.ReLU())
+        self.model = model           # the size (common.models.get(model): its structure)
+        R = models.get(model)
+        width = R.STAGES[0][0]
+        self.stem = nn.Sequential(nn.Conv2D(1, width, kernel_size=3, stride=1, padding=1),
+                                  batch_norm_2d(width), nn.ReLU())
         self.blocks = nn.Sequential(*[Residual(b["in"], b["out"], b["shortcut"] is not None,
                                                b["stride"]) for b in R.BLOCKS])
-        self.fc = nn.Linear(512, R.NUM_CLASSES)
+        self.fc = nn.Linear(R.STAGES[-1][0], R.NUM_CLASSES)
         self.load(params, state)
 
     def slots(self):
         """(parameters, state tensors) in the order of PARAM_NAMES and STATE_NAMES."""
-        return R.layer_slots((self.stem[0], self.stem[1]),
+        return models.get(self.model).layer_slots((self.stem[0], self.stem[1]),
                              [(m.conv1, m.bn1, m.conv2, m.bn2, m.conv3) for m in self.blocks],
                              self.fc, ("weight", "bias", "_mean", "_variance"))
 

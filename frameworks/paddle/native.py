@@ -45,7 +45,7 @@ class OpsLayer(paddle.nn.Layer):
 # concise ResNet-18, with BatchNorm2D that SyncBatchNorm can replace; the ViT at each
 # size); the others wrap their functional form in an OpsLayer.
 # family (common.models.family) -> build(model, params, state)
-LAYERED = {"resnet18": lambda model, params, state: ResNet18Layer(params, state),
+LAYERED = {"resnet18": lambda model, params, state: ResNet18Layer(params, state, model),
            "vit": lambda model, params, state: ViTLayer(params, state, model)}
 
 

@@ -5,7 +5,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from common.core.contract import ModelOps, TransformerOps
+from common.core.contract import ModelOps, SizedOps, TransformerOps
+from common import models
 from common.models import resnet18 as R, vit
 
 
@@ -37,7 +38,7 @@ class LeNet(ModelOps):
         return X
 
 
-class ResNet18(ModelOps):
+class ResNet18(SizedOps):
     unbiased_running_var = True      # F.batch_norm's running variance is the unbiased one
     # Not channels-last: with it, oneDNN's float32 kernels on this CPU gave ResNet-18
     # gradients 1e-2 to 1e-1 away from the float64 oracle (NCHW: 5e-6; float64: 1e-14
@@ -45,9 +46,11 @@ class ResNet18(ModelOps):
     channels_last = False
 
     def apply(self, params, state, X, training):
-        return self.apply_units(params, state, X, (0, len(R.UNITS)), training)
+        return self.apply_units(params, state, X, (0, len(self.R.UNITS)), training)
 
     def apply_units(self, params, state, X, units, training):
+        R = self.R                   # this size's structure
+
         def conv(x, c, stride, pad):
             return F.conv2d(x, params[c["weight"]], params[c["bias"]], stride, pad)
 
@@ -84,31 +87,36 @@ class ResNet18Module(nn.Module):
     """The chapter's concise resnet18(10, 1) as an nn.Module, its weights and running
     statistics set from the common lists; slots() maps them to the common order."""
 
-    def __init__(self, params, state):
+    def __init__(self, params, state, model="resnet18"):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(1, 64, kernel_size=3, stride=1, padding=1),
-                                  nn.BatchNorm2d(64, eps=R.BN_EPS, momentum=R.BN_MOMENTUM), nn.ReLU())
+        self.model = model           # the size (common.models.get(model): its structure)
+        R = models.get(model)
+        width = R.STAGES[0][0]
+        self.stem = nn.Sequential(nn.Conv2d(1, width, kernel_size=3, stride=1, padding=1),
+                                  nn.BatchNorm2d(width, eps=R.BN_EPS, momentum=R.BN_MOMENTUM), nn.ReLU())
         self.blocks = nn.Sequential(*[Residual(b["in"], b["out"], b["shortcut"] is not None,
                                                b["stride"]) for b in R.BLOCKS])
-        self.fc = nn.Linear(512, R.NUM_CLASSES)
+        self.fc = nn.Linear(R.STAGES[-1][0], R.NUM_CLASSES)
         self.load(params, state)     # NCHW, as ResNet18 above
 
     def slots(self):
         """(parameters, state tensors) in the order of PARAM_NAMES and STATE_NAMES."""
-        return R.layer_slots(self.stem[:2], [(m.conv1, m.bn1, m.conv2, m.bn2, m.conv3)
-                                             for m in self.blocks], self.fc,
-                             ("weight", "bias", "running_mean", "running_var"))
+        return models.get(self.model).layer_slots(
+            self.stem[:2], [(m.conv1, m.bn1, m.conv2, m.bn2, m.conv3) for m in self.blocks],
+            self.fc, ("weight", "bias", "running_mean", "running_var"))
 
     def read(self):
         ps, ss = self.slots()
         out = [p.detach().cpu().numpy().copy() for p in ps]
-        out[R.FC["weight"]] = out[R.FC["weight"]].T.copy()   # nn.Linear keeps (out, in)
+        fc = models.get(self.model).FC["weight"]
+        out[fc] = out[fc].T.copy()   # nn.Linear keeps (out, in)
         return out, [s.cpu().numpy().copy() for s in ss]
 
     def load(self, params, state):
         ps, ss = self.slots()
         params = list(params)
-        params[R.FC["weight"]] = np.asarray(params[R.FC["weight"]]).T
+        fc = models.get(self.model).FC["weight"]
+        params[fc] = np.asarray(params[fc]).T
         with torch.no_grad():
             for p, v in zip(ps, params):
                 p.copy_(torch.from_numpy(np.ascontiguousarray(v)))
@@ -247,7 +255,7 @@ class ViTModule(nn.Module):
 # state): the chapter's concise ResNet-18 (nn.BatchNorm2d, which SyncBatchNorm can
 # replace) and the ViT at each size; the others' native form is their functional one
 # wrapped in an OpsModule (native.py)
-LAYERED = {"resnet18": lambda model, params, state: ResNet18Module(params, state),
+LAYERED = {"resnet18": lambda model, params, state: ResNet18Module(params, state, model),
            "vit": lambda model, params, state: ViTModule(params, state, model)}
 
 

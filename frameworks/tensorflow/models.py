@@ -4,7 +4,7 @@ NumPy, see to_framework), and images are transposed inside the model."""
 import tensorflow as tf
 
 from common import models
-from common.core.contract import ModelOps, TransformerOps
+from common.core.contract import ModelOps, SizedOps, TransformerOps
 from common.models import resnet18 as R, vit
 
 
@@ -92,7 +92,7 @@ def batch_norm(x, gamma, beta, mean, var, training, synchronized=False):
     return y
 
 
-class ResNet18(ModelOps):
+class ResNet18(SizedOps):
     """The chapter's ResNet-18 (common/models/resnet18.py) in NHWC, walked from its
     structure. `synchronized`: BatchNorm statistics over every replica of a
     tf.distribute strategy (native mode's sync_bn)."""
@@ -101,12 +101,18 @@ class ResNet18(ModelOps):
     def __init__(self, synchronized=False):
         self.synchronized = synchronized
 
-    to_framework, from_framework = (staticmethod(f) for f in models.get("resnet18").CHANNELS_LAST)
+    def to_framework(self, params):
+        return self.R.CHANNELS_LAST[0](params)
+
+    def from_framework(self, params):
+        return self.R.CHANNELS_LAST[1](params)
 
     def apply(self, params, state, X, training):
-        return self.apply_units(params, state, X, (0, len(R.UNITS)), training)
+        return self.apply_units(params, state, X, (0, len(self.R.UNITS)), training)
 
     def apply_units(self, params, state, X, units, training):
+        R = self.R                   # this size's structure
+
         def conv(x, c, stride, pad):
             # pad 1 on both sides as PyTorch: "SAME" at stride 2 would pad only after
             padding = ("VALID" if not pad else "SAME" if stride == 1

@@ -293,8 +293,9 @@ class Workers:
 class Native(Workers):
     def build_native_trainer(self, model, params, devices, lr, execution, rank, world, sync_bn):
         ops = self.model_ops(model)
-        if sync_bn:     # a model without BatchNorm has nothing to synchronise
-            ops = self.sync_bn_models.get(model, ops)
+        synced = self.sync_bn_models.get(models.family(model)) if sync_bn else None
+        if synced:      # a model without BatchNorm has nothing to synchronise
+            ops = synced.sized(model)
         return MirroredTrainer(ops, params, models.get(model).init_state(), devices, lr,
                                execution, self.cluster_strategy if world > 1 else None)
 

@@ -55,6 +55,14 @@ CHECKS = {}   # name -> (function, needs, per_model)
 # bound: errors of a few percent in one tensor are below what float32 lets a batch of 8
 # show. The logits (1e-4) and the loss (1e-5) stay strict, so a layout or ordering bug
 # in the forward pass cannot hide behind it.
+# The checks train ResNet-18 at its tiny size (its CHECK_MODEL: two stages, 16 and 32
+# channels); the bounds hold there with the same margins. Measured, five frameworks,
+# both initial weights, batches 0-5 of 8: gradients within 1.1e-2 of their norm
+# (PyTorch, TensorFlow, JAX, Paddle: stage1.block1.bn2.beta, chapter's weights, batch 0,
+# the same tensor in each: float32's ReLU flips again) and 1.6e-2 (MXNet), the
+# zero-in-theory ones within 8.7e-5 of their scale, logits 2.6e-6, the loss 1.2e-6,
+# running statistics 3.3e-6 (each framework's forward_backward against the oracle, on
+# the 2-vCPU Intel Xeon with AVX-512, 2026-11-29: a measurement, not a test).
 # A conv bias followed by BatchNorm has a gradient of exactly zero in theory (the batch
 # mean takes any per-channel constant away). float32 leaves the rounding of a sum of the
 # gradient dz entering the BatchNorm; the same conv's weight gradient is the same sum of
@@ -77,7 +85,7 @@ CHECKS = {}   # name -> (function, needs, per_model)
 TOLERANCES = {
     "lenet": {"logits": 1e-4, "loss": 1e-5, "grads": 1e-4, "zero_grads": None,
               "step_loss": 1e-5, "params": 1e-4, "state": 1e-5},
-    "resnet18": {"logits": 1e-4, "loss": 1e-5, "grads": 1e-1, "zero_grads": 1e-3,
+    "resnet18_tiny": {"logits": 1e-4, "loss": 1e-5, "grads": 1e-1, "zero_grads": 1e-3,
                  "step_loss": 1e-5, "params": None,
                  # running statistics after one step: batch means and variances, sums
                  # that float32 gets to ~1e-6; the biased and unbiased variance differ
@@ -89,7 +97,7 @@ TOLERANCES = {
 }
 
 
-ORACLE_BATCH = {"lenet": 64, "resnet18": 8, "vit_tiny": 16}
+ORACLE_BATCH = {"lenet": 64, "resnet18_tiny": 8, "vit_tiny": 16}
 # SGD steps of the multi-step checks. ResNet-18 is checked on one step: with
 # non-trivial weights one step at lr 0.2 takes its loss from 3.1 to 24 (and at lr
 # 0.02 still far), where BatchNorm's 1/std amplifies float32 rounding of the first
@@ -97,7 +105,7 @@ ORACLE_BATCH = {"lenet": 64, "resnet18": 8, "vit_tiny": 16}
 # between float32 frameworks and the float64 oracle alike; float64 PyTorch agrees
 # with the oracle to 1e-14). The 20-step runs of tests/test_training.py cover the
 # longer haul with the chapter's initialisation.
-CHECK_STEPS = {"lenet": 2, "resnet18": 1, "vit_tiny": 2}
+CHECK_STEPS = {"lenet": 2, "resnet18_tiny": 1, "vit_tiny": 2}
 CHECK_LR = 0.2
 
 
@@ -693,7 +701,7 @@ def _evaluation_matches_oracle(trainer, model, tol, what):
 # Micro-batch counts of the model-mode checks (2 stages): for LeNet any M is the
 # full-batch step (M = 1 is checked against 1 device); ResNet-18's BatchNorm
 # normalises each micro-batch by itself (M = 1: the full batch, against 1 device).
-MODEL_MICRO_BATCHES = {"lenet": (4,), "resnet18": (2,), "vit_tiny": (2,)}
+MODEL_MICRO_BATCHES = {"lenet": (4,), "resnet18_tiny": (2,), "vit_tiny": (2,)}
 # A 2-stage step against the 1-device step (the native trainer on one device), where
 # they must be equal: the same sums of float32 products, cut at other places (the
 # micro-batches' gradients summed, or another kernel: Keras fit, a tf.function).
@@ -713,7 +721,7 @@ def _pipeline(b, name, params, M, k=2, schedule="gpipe"):
 # each micro-batch, the running statistics updated in the schedule's order: its
 # backwards run in another order, and MXNet updates them in the backward pass); LeNet's
 # 1F1B is held to its GPipe, to float32's last bits, by model_mode_1f1b_equals_gpipe.
-ORACLE_SCHEDULES = {"lenet": ("gpipe",), "resnet18": ("gpipe", "1f1b"), "vit_tiny": ("gpipe",)}
+ORACLE_SCHEDULES = {"lenet": ("gpipe",), "resnet18_tiny": ("gpipe", "1f1b"), "vit_tiny": ("gpipe",)}
 
 
 def _state_order(b, name, schedule) -> str:

@@ -72,13 +72,15 @@ PLANTED_STATE = {"statistics as they started": plant_statistics_as_started,
                  "local state rows": plant_local_state_rows}
 PLANTS = {**{n: (lambda b, p=p: p()) for n, p in {**PLANTED_1F1B, **PLANTED_SPANS}.items()},
           **PLANTED_STATE}
+# ResNet-18 at the conformance checks' size (its CHECK_MODEL)
+RESNET = models.get("resnet18").CHECK_MODEL
 # run -> (model, schedule, the planted bug or None)
 RUNS = {"gpipe": ("lenet", "gpipe", None), "1f1b": ("lenet", "1f1b", None),
         **{f"1f1b, {p}": ("lenet", "1f1b", p) for p in ("tape stack", "tapes kept",
                                                          *PLANTED_SPANS)},
-        "resnet18 gpipe": ("resnet18", "gpipe", None), "resnet18 1f1b": ("resnet18", "1f1b", None),
-        **{f"resnet18, {p}": ("resnet18", "gpipe", p) for p in PLANTED_STATE}}
-MICRO_BATCHES = {"lenet": ONE_F_ONE_B["micro_batches"], "resnet18": MODEL_MICRO_BATCHES["resnet18"][0]}
+        "resnet18 gpipe": (RESNET, "gpipe", None), "resnet18 1f1b": (RESNET, "1f1b", None),
+        **{f"resnet18, {p}": (RESNET, "gpipe", p) for p in PLANTED_STATE}}
+MICRO_BATCHES = {"lenet": ONE_F_ONE_B["micro_batches"], RESNET: MODEL_MICRO_BATCHES[RESNET][0]}
 JOIN_TIMEOUT = 120.0
 
 
@@ -140,11 +142,11 @@ def oracle(runs: dict) -> dict:
     losses, final parameters and statistics, and the loss after the step (evaluation
     mode, the first batch)."""
     (unbiased, order), = {(r["unbiased"], r["state_order"]) for r in runs.values() if "unbiased" in r}
-    model = models.get("resnet18")
-    batches = [_batch(ORACLE_BATCH["resnet18"], seed=s) for s in range(CHECK_STEPS["resnet18"])]
+    model = models.get(RESNET)
+    batches = [_batch(ORACLE_BATCH[RESNET], seed=s) for s in range(CHECK_STEPS[RESNET])]
     state = [s.astype(np.float64) for s in model.init_state()]
     losses, params = oracle_cache.sgd_steps(model, _nontrivial_params(model), batches, CHECK_LR,
-                                            state=state, shards=MICRO_BATCHES["resnet18"],
+                                            state=state, shards=MICRO_BATCHES[RESNET],
                                             unbiased_running_var=unbiased, state_order=order)
     X, y = batches[0]
     final = model.cross_entropy(model.forward(params, X, state=[s.copy() for s in state],

@@ -188,7 +188,7 @@ def mxnet_checks() -> dict:
     net = build(m.NAME)
     net.initialize()
     net.cast("float64")
-    gp = slots(net)[0]
+    gp = slots(net, m.NAME)[0]
 
     def load(values):
         for p, v in zip(gp, to_gluon(values)):
