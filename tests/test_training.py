@@ -27,6 +27,8 @@ from tests.conftest import RUN_SHAPE, covered, planted_run
 # update: summed gradients, SGD) to 2e-2, against a jump of 2.4 -> 5.8 that a
 # missing or doubled reduction would change by far more; later steps only have to
 # be finite.
+# (Measured on the default size; the runs train the tiny size, its CHECK_MODEL, whose two
+# stages are the same kinds of layers: its runs pass the same bounds.)
 LOSS_ATOL = {"resnet18_tiny": [2e-5, 2e-2]}
 ORACLE_STEPS = {"resnet18_tiny": 2}     # the float64 oracle of ResNet-18 is slow
 
