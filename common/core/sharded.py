@@ -146,6 +146,6 @@ class ShardedTrainer(Trainer):
 
     def figures(self):
         shard = [sum(a.nbytes for a in s) for s in self.shard_arrays()]
-        return {"shard_bytes": shard, "param_bytes": sum(int(np.prod(s)) * 4 for s in self.shapes),
+        return {"shard_bytes": shard, "param_bytes": float32_bytes(self.shapes),
                 "grad_bytes": [float32_bytes(s) for s in self.grad_shapes],
                 "sent_bytes_per_step": sent_bytes(self.shapes, self.bounds)}

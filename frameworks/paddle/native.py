@@ -121,8 +121,12 @@ class TPTrainer(DataParallelTrainer):
         super().__init__(layer, lr, rank, world)
 
     def _update(self):
-        # this rank's bytes of the gradients the optimizer steps with: their local pieces
-        self.grad_held = sum(_local_bytes(p.grad) for p in self.module.slots() if p.grad is not None)
+        # this rank's bytes of the gradients the optimizer steps with: their local pieces,
+        # read at the first step (the same layout at every step: the timed steps after it
+        # pay nothing for it)
+        if not self.grad_held:
+            self.grad_held = sum(_local_bytes(p.grad) for p in self.module.slots()
+                                 if p.grad is not None)
         super()._update()
 
     def _distribute(self, model, comm):

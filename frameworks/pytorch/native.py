@@ -132,9 +132,12 @@ class FSDPTrainer(DDPTrainer):
         super().__init__(module, device, lr, rank, world)
 
     def _update(self):
-        # this rank's bytes of the gradients the optimizer steps with: their local shards
-        self.grad_held = sum(_local_bytes(p.grad) for p in self.module.parameters()
-                             if p.grad is not None)
+        # this rank's bytes of the gradients the optimizer steps with: their local shards,
+        # read at the first step (their layout is the same at every step: the timed steps
+        # after it pay nothing for it)
+        if not self.grad_held:
+            self.grad_held = sum(_local_bytes(p.grad) for p in self.module.parameters()
+                                 if p.grad is not None)
         super()._update()
 
     def _distribute(self, bucket_cap_mb, comm_hook):
