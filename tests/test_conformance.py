@@ -26,6 +26,20 @@ def test_conformance(conformance, framework, check):
     assert result["status"] == "passed", result["detail"]
 
 
+def test_each_compiled_check_left_out_names_a_compiled_execution_that_exists():
+    """COMPILED_NOT_CHECKED (tests/helpers/conformance.py) names a framework, a model it
+    trains and its reason; the framework's compiled execution is no gap and not the
+    default of the mode it would run in (else the entry would leave out nothing), and
+    LeNet's compiled execution, its every-execution model, is never left out."""
+    from tests.helpers.conformance import COMPILED_NOT_CHECKED, EVERY_EXECUTION
+    for (framework, family), why in COMPILED_NOT_CHECKED.items():
+        assert framework in registry.NAMES and family in models.NAMES, (framework, family)
+        assert family not in EVERY_EXECUTION and len(why) > 40, (framework, family, why)
+        assert not registry.gap(framework, "compiled"), (framework, "compiled")
+        first = "native" if registry.gap(framework, "scratch") else "scratch"
+        assert registry.default_execution(framework, first) != "compiled", (framework, first)
+
+
 def test_predict_check_fails_on_a_planted_bug():
     """The evaluation check holds predictions to the oracle's labels, not to the
     trainer's own logits: a predict that is off by one class, or that returns the

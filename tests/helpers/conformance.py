@@ -529,6 +529,7 @@ def every_execution_matches_oracle(b, name):
     ran = []
     first = "native" if (b.name, "scratch") in registry.KNOWN_GAPS else "scratch"
     every = name in EVERY_EXECUTION
+    not_here = COMPILED_NOT_CHECKED.get((b.name, models.family(name)))
     for mode in ("scratch", "native"):
         if (b.name, mode) in registry.KNOWN_GAPS:
             continue
@@ -543,18 +544,31 @@ def every_execution_matches_oracle(b, name):
                 run = mode == first and ((execution == "compiled" and execution != default) or
                                          (mode == "scratch" and execution == default
                                           and bool(models.get(name).STATE_NAMES)))
+            if run and execution == "compiled" and not_here:
+                continue
             if run:
                 devices = None if every or execution == default else 1
                 _trainer_matches_oracle(b, name, mode, None if execution == default else execution,
                                         devices=devices)
                 ran.append(f"{mode} {execution}")
     compiled_default = registry.default_execution(b.name, first) == "compiled"
+    if not ran and not_here:
+        raise Skipped(f"{b.name}'s compiled {name} is not checked here: {not_here}")
     assert ran or (not every and compiled_default), (
         f"{b.name} has no trainer besides those checked above")
 
 
 # the models whose every execution is checked in every mode (each costs a compilation)
 EVERY_EXECUTION = ("lenet",)
+# (framework, model family) -> why that model's compiled execution is not checked: the
+# check would hold no program that the framework's other compiled checks do not
+COMPILED_NOT_CHECKED = {
+    ("keras-torch", "resnet18"):
+        "torch.compile breaks Keras 3.15's train step at every BatchNormalization (its torch "
+        "`moments` hands torch.mean a TrackedList) and reaches Dynamo's recompile limit, so "
+        "the step runs partly eager; Keras's compiled train step is held to the oracle on "
+        "LeNet and the ViT (61-74 s of a test run's time, docs/testing.md)",
+}
 
 
 _ORACLE_STEPS = {}
@@ -982,15 +996,24 @@ def _gap_probes(b):
     }
 
 
+# Capabilities whose use another check holds where they are no gap, so their probe's
+# "must not raise NotApplicable" is said there (a NotApplicable fails a check): the
+# executions (every_execution_matches_oracle), 2 devices (native_trainer_matches_oracle),
+# the modes' own checks in this process (their `needs`), synchronised BatchNorm in
+# tests/test_training.py's worker runs. Probing them again built a trainer for nothing
+# (JAX's model step 5.9 s, Keras on JAX's sync-bn ResNet-18 7.9 s and tp 4.4 s)
+HELD_ELSEWHERE = (*registry.EXECUTIONS, "multi-device", "replica-bn", "scratch", "model",
+                  "sharded", "tensor", "tp", "fsdp", "sync-bn")
+
+
 @check(per_model=False)
 def known_gaps_still_gaps(b):
     """A listed gap must still be one; an unlisted one must not raise NotApplicable
     (but may say NeedsGPU on a machine without GPUs)."""
     for capability, calls in _gap_probes(b).items():
         gap = registry.KNOWN_GAPS.get((b.name, capability))
-        if not gap and capability in (*registry.EXECUTIONS, "multi-device", "replica-bn"):
-            continue    # each ran in every_execution_matches_oracle or on 2 devices in
-                        # native_trainer_matches_oracle
+        if not gap and capability in HELD_ELSEWHERE:
+            continue
         for call in (calls if gap else calls[:1]):
             try:
                 call()
