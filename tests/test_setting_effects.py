@@ -21,7 +21,7 @@ from benchmarks import runner, tuned
 from common.core.modes import MODES
 from common.core.plan import RunConfig
 from common.facts import registry, settings
-from tests.conftest import subprocess_env
+from tests.conftest import THREADS, subprocess_env
 from tests.helpers.setting_effects import PROBES
 
 HELPER = "tests.helpers.setting_effects"
@@ -76,6 +76,15 @@ def _applicable(framework: str, names) -> list[str]:
     return [s.name for s in settings.get(framework, names) if not settings.why_not(s, "cpu")]
 
 
+def _threads(framework: str) -> int:
+    """Two threads where the framework has an OpenMP binding to show (its probe reads
+    threads bound to places of their own; the other process, its plant, must run as
+    many); else one, as the conformance processes run, so that a compiled step's kernels
+    are theirs (Inductor writes the thread count into their source) and may come from
+    the session's cache: Keras on torch's compiled probe 37-60 s of a run with two."""
+    return 2 if any("omp-affinity" in group for group in SPLIT[framework]) else THREADS
+
+
 @functools.cache
 def _readings(framework: str) -> tuple[dict, ...]:
     """Each of the framework's two processes' readings, run by the runner as a worker is
@@ -85,17 +94,17 @@ def _readings(framework: str) -> tuple[dict, ...]:
     def effects_worker(argv, log, timeout, on_line, env=None, cwd=None, stop=None, python=None):
         return real(["-m", HELPER, *argv[2:]], log, timeout, on_line, env=env, cwd=cwd,
                     stop=stop, python=python)
-    mode, out = _mode(framework), []
+    mode, out, threads = _mode(framework), [], _threads(framework)
     runner.run_worker = effects_worker
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for i, group in enumerate(SPLIT[framework]):
                 names = _applicable(framework, group)
-                cfg = RunConfig(framework=framework, mode=mode, devices=1, threads=2,
+                cfg = RunConfig(framework=framework, mode=mode, devices=1, threads=threads,
                                 **tuned.applied(framework, mode, None, names))
                 path = Path(tmp, f"{i}.json")
                 record, done = runner.run_config(cfg.to_dict(), path, 600,
-                                                 env=subprocess_env(2))
+                                                 env=subprocess_env(threads))
                 assert record, f"{framework} {names}: {done}"
                 out.append(record)
     finally:

@@ -2,7 +2,7 @@
 (tests/test_setting_effects.py hands it benchmarks.runner.run_config's environment and
 arguments: the settings' environment from the start): the settings applied as a run
 applies them (their execution, common.launch.rank.apply_settings), one small training
-step of LeNet, then each setting's probe (PROBES) reads what the library did, not the
+step of LeNet (the conformance checks' batch), then each setting's probe (PROBES) reads what the library did, not the
 flag that asked it to:
 
     python -m tests.helpers.setting_effects CONFIG_JSON OUT_PATH
@@ -179,20 +179,25 @@ def instruments(framework: str, dump: Path) -> None:
 
 
 def step(cfg: RunConfig) -> None:
-    """The run's set-up as common.launch.run does it in process, and one step of 8 images."""
+    """The run's set-up as common.launch.run does it in process, and one step of LeNet on
+    the conformance checks' batch: a compiled step's kernels then have the shapes of
+    those the conformance process compiled, and its compiler may load them from the
+    session's cache (what the probe of `compiled` accepts)."""
     import numpy as np
 
     from common.core.modes import MODES
     from common.facts import registry
     from common.launch.rank import apply_settings
+    from tests.helpers.conformance import ORACLE_BATCH
     backend = registry.get(cfg.framework)
     backend.setup(cpu_devices=cfg.devices, threads=cfg.threads)
     apply_settings(backend, cfg)
     mode = MODES[cfg.mode]
     trainer = mode.trainer(backend, cfg, mode.devices(backend, cfg.devices))
     rng = np.random.default_rng(0)
-    X = rng.standard_normal((8, 1, 28, 28)).astype(np.float32)
-    trainer.losses([trainer.step(X, rng.integers(0, 10, 8))])
+    n = ORACLE_BATCH["lenet"]
+    X = rng.standard_normal((n, 1, 28, 28)).astype(np.float32)
+    trainer.losses([trainer.step(X, rng.integers(0, 10, n))])
 
 
 def main(argv: list[str]) -> int:
