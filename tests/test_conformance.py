@@ -627,12 +627,19 @@ print(json.dumps({k: {c: r["status"] + ": " + r["detail"][:300] for c, r in v.it
 """
 
 
-# The same plant in TensorFlow's DTensor trainer: every DVariable laid out replicated
+# The same plant in TensorFlow's DTensor trainer: every DVariable laid out replicated;
+# before it, with the parameters laid out, its gradients' parts (figures' grad_bytes, which
+# it reads) counted whole on every device
 PLANTED_DTENSOR_RUN = PLANTED_FSDP_RUN.replace('"jax"', '"tensorflow"').replace(
     "from frameworks.jax import native", "from frameworks.tensorflow import native\n"
     "from tensorflow.experimental import dtensor").replace(
-    "native.MeshTrainer._param_sharding = lambda self, shape, i: self.replicated",
-    "native.DTensorTrainer._layout = lambda self, shape, i: dtensor.Layout.replicated(self.mesh, len(shape))")
+    "native.MeshTrainer._param_sharding = lambda self, shape, i: self.replicated", """\
+read = native.DTensorTrainer._grad_bytes
+native.DTensorTrainer._grad_bytes = lambda self, X, y: [
+    sum(int(v.shape.num_elements()) * v.dtype.size for v in self.vars)] * self.mesh.size
+results["gradients whole"] = both()
+native.DTensorTrainer._grad_bytes = read
+native.DTensorTrainer._layout = lambda self, shape, i: dtensor.Layout.replicated(self.mesh, len(shape))""")
 # ... and in Keras's ModelParallel on JAX: a LayoutMap left empty, every weight whole
 PLANTED_KERAS_LAYOUT_RUN = PLANTED_FSDP_RUN.replace('"jax"', '"keras-jax"').replace(
     "from frameworks.jax import native\n", "").replace(
@@ -669,3 +676,11 @@ def test_fsdp_and_tp_checks_fail_with_the_parameters_whole_on_every_device(frame
                     planted["fsdp_two_devices_match_oracle[lenet]"]), planted
     assert re.match(r"failed: AssertionError: device 0 holds " + tp_says,
                     planted["tp_two_devices_match_oracle[vit_tiny]"]), planted
+    if framework == "tensorflow":      # its gradients' parts counted whole
+        planted = results["gradients whole"]
+        assert re.match(r"failed: AssertionError: the devices update their rows with \[516272, 516272\] "
+                        r"bytes of gradients, not their rows' \[308496, 308496\]",
+                        planted["fsdp_two_devices_match_oracle[lenet]"]), planted
+        assert re.match(r"failed: AssertionError: the devices' gradients are \[9192, 9192\] bytes, "
+                        r"not those of their parts \[8136, 8136\]",
+                        planted["tp_two_devices_match_oracle[vit_tiny]"]), planted

@@ -153,7 +153,7 @@ class DTensorTrainer(Trainer):
         values = ops.to_framework(params)
         self.layouts = [self._layout(np.shape(v), i) for i, v in enumerate(values)]
         self.vars = [dtensor.DVariable(self._put(v, lay)) for v, lay in zip(values, self.layouts)]
-        self._rows = None
+        self._rows = self._last = None
         # autograph off: no tensor-dependent Python control flow to convert
         self._step = (self._step_of if execution == "eager" else
                       tf.function(self._step_of, autograph=False))
@@ -201,11 +201,14 @@ class DTensorTrainer(Trainer):
         return [dtensor.relayout(p, dtensor.Layout.replicated(self.mesh, len(p.shape)))
                 for p in params]
 
-    def _step_of(self, X, y):
-        batch = tf.cast(tf.shape(X)[0], tf.float32)
+    def _loss_and_grads(self, X, y):
         with tf.GradientTape() as tape:
             loss = loss_sum(self.ops.apply(self._whole(self.vars), [], X, True), y)
-        grads = tape.gradient(loss, self.vars)
+        return loss, tape.gradient(loss, self.vars)
+
+    def _step_of(self, X, y):
+        batch = tf.cast(tf.shape(X)[0], tf.float32)
+        loss, grads = self._loss_and_grads(X, y)
         with tf.name_scope("sgd"):           # the update's ops, by name in the profile
             for v, g in zip(self.vars, grads):
                 v.assign_sub(self.lr * g / batch)
@@ -214,6 +217,7 @@ class DTensorTrainer(Trainer):
     def step(self, X, y):
         X, y = self._batch(X, tf.float32), self._batch(y, tf.int64)
         self._rows = [int(p.shape[0]) for p in dtensor.unpack(X)]
+        self._last = X, y
         # eager ops that no DTensor input places (the tape's first gradient) run on the mesh
         with dtensor.default_mesh(self.mesh):
             return self._step(X, y)
@@ -234,9 +238,23 @@ class DTensorTrainer(Trainer):
 
     def figures(self):
         """Each device's bytes of the parameters between steps, the parameters' bytes (tp:
-        and those of the replicated ones)."""
-        return held_figures(self.shard_arrays(),
-                            [int(np.prod(v.shape)) * v.dtype.size for v in self.vars], self.split)
+        and those of the replicated ones), and of the gradients it updates them with."""
+        out = held_figures(self.shard_arrays(),
+                           [int(np.prod(v.shape)) * v.dtype.size for v in self.vars], self.split)
+        if self._last is not None:
+            out["grad_bytes"] = self._grad_bytes(*self._last)
+        return out
+
+    def _grad_bytes(self, X, y) -> list[int]:
+        """Each device's part of every gradient, read from the gradients of the last
+        step's batch: the step's own program keeps them inside, so its ops run once more
+        eagerly, each laid out by DTensor as in the program (a gradient takes its
+        variable's layout)."""
+        with dtensor.default_mesh(self.mesh):
+            _, grads = self._loss_and_grads(X, y)
+        parts = [dtensor.unpack(g) for g in grads]
+        return [sum(int(p[i].shape.num_elements()) * p[i].dtype.size for p in parts)
+                for i in range(self.mesh.size)]
 
     def _gathered(self):
         """The parameters gathered whole (DTensor's all-gather) onto the first device."""

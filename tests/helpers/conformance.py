@@ -497,6 +497,10 @@ def fsdp_two_devices_match_oracle(b, name):
     assert sharded >= 0.8 * total, f"only {sharded / total:.0%} of the parameters' bytes are sharded"
     fig = trainer.figures()
     assert fig["shard_bytes"] == kept
+    if "grad_bytes" in fig:        # where the trainer reads its gradients (TensorFlow's DTensor)
+        assert fig["grad_bytes"] == kept, (
+            f"the devices update their rows with {fig['grad_bytes']} bytes of gradients, "
+            f"not their rows' {kept}")
     moved = fig.get("collective_bytes")
     if moved is not None:      # a compiled program: which collectives is XLA's choice (for
         # ResNet-18 it gathers half the weights and moves activations instead), but the
