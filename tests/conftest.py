@@ -149,13 +149,14 @@ def usage_error(args: list[str]) -> str:
     return lines[0]
 
 
-def interrupt(args: list[str], out: Path, ready, settle: float) -> str:
-    """Start `python args`, wait until ready() holds (300 s at most) and `settle` seconds
-    more, then send SIGINT: it must stop within a few seconds with exit 130 and leave
-    no process naming `out` alive. Returns its stderr."""
+def interrupt(args: list[str], out: Path, ready, settle: float, env: dict | None = None) -> str:
+    """Start `python args` (in `env`, subprocess_env's by default), wait until ready()
+    holds (300 s at most) and `settle` seconds more, then send SIGINT: it must stop within
+    a few seconds with exit 130 and leave no process naming `out` alive. Returns its
+    stderr."""
     import signal
     import time
-    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=subprocess_env(), text=True,
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env or subprocess_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while not ready() and time.monotonic() < deadline:

@@ -137,8 +137,17 @@ def test_tensor_parallelism_across_two_nodes_is_one_device(worker_record, framew
         assert min(sent) > 2 * models.param_bytes("vit_tiny"), sent
 
 
-def _rank_processes(node: int) -> list[int]:
-    """PIDs of the training processes (common/launch/rank.py workers) of a simulated node."""
+# The environment variable that tags a test's own run: its ranks inherit it, so a check for
+# ranks left running (or a kill) sees only that run's, not the ranks of a run of several
+# nodes that the other pytest process has going at the time (seen: a fresh-clone CI where
+# both checks below found such a rank, node 0's, alive at their end)
+RUN_TAG = "DL_COMPARE_TEST_RUN"
+
+
+def _rank_processes(node: int, run: Path) -> list[int]:
+    """PIDs of the training processes (common/launch/rank.py workers) of a simulated node
+    of the run tagged `run` (_tagged)."""
+    tag = f"{RUN_TAG}={run}".encode()
     pids = []
     for proc in Path("/proc").iterdir():
         try:
@@ -148,7 +157,7 @@ def _rank_processes(node: int) -> list[int]:
             continue
         # a Slurm job's are tests/test_slurm.py's (in the other pytest worker), not ours
         if (any(c.endswith(b"common/launch/rank.py") for c in cmd) and b"worker" in cmd
-                and f"DL_COMPARE_NODE={node}".encode() in env
+                and f"DL_COMPARE_NODE={node}".encode() in env and tag in env
                 and not any(e.startswith(b"SLURM_JOB_ID=") for e in env)):
             pids.append(int(proc.name))
     return pids
@@ -159,8 +168,12 @@ def _compare(out: Path, *args) -> subprocess.Popen:
                              "--epochs", "20", "--eval-samples", "64", "--no-plots", "--out",
                              str(out), "--join-timeout", str(JOIN_TIMEOUT),
                              "--peak-gemm-size", "0", *args],
-                            cwd=ROOT, env=subprocess_env(2), text=True,
+                            cwd=ROOT, env=_tagged(subprocess_env(2), out), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _tagged(env: dict, run: Path) -> dict:
+    return {**env, RUN_TAG: str(run)}
 
 
 # one framework per way a dead rank is noticed: a child of torchrun's agent, of
@@ -169,12 +182,12 @@ def _compare(out: Path, *args) -> subprocess.Popen:
 def test_a_killed_node_fails_the_run_in_bounded_time(tmp_path, framework):
     proc = _compare(tmp_path, "--framework", framework, "--nodes", "2", *_options(NODES))
     deadline = time.monotonic() + 240
-    while not _rank_processes(1):
+    while not _rank_processes(1, tmp_path):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
         time.sleep(0.5)
     time.sleep(3)                          # let it start, join and train
     links = _its_namespaces()
-    for pid in _rank_processes(1):
+    for pid in _rank_processes(1, tmp_path):
         os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     try:
@@ -185,7 +198,7 @@ def test_a_killed_node_fails_the_run_in_bounded_time(tmp_path, framework):
     assert code == 1 and record["status"] == "failed", record["error"]
     assert "node" in record["error"], record["error"]
     assert time.monotonic() - killed < JOIN_TIMEOUT + 30
-    assert not _rank_processes(0) and not _rank_processes(1), "rank processes left running"
+    assert not _rank_processes(0, tmp_path) and not _rank_processes(1, tmp_path), "rank processes left running"
     assert bool(links) == EMULATED and not set(links) & set(netns._namespaces()), links
 
 
@@ -213,7 +226,7 @@ def test_a_node_that_never_joins_fails_after_the_join_timeout(tmp_path):
     assert "never joined the run within 8 s" in record["error"], record["error"]
     assert "--- node0-worker0.log ---" in next((tmp_path / "logs").glob("*.log")).read_text()
     assert time.monotonic() - started < 90
-    assert not _rank_processes(0)
+    assert not _rank_processes(0, tmp_path)
 
 
 def test_ctrl_c_stops_every_process_of_every_node(tmp_path):
@@ -224,9 +237,10 @@ def test_ctrl_c_stops_every_process_of_every_node(tmp_path):
     interrupt(["-m", "benchmarks.compare", "--framework", framework, "--nodes", "2",
                *_options(NODES), "--dataset", "synthetic", "--epochs", "20", "--no-plots",
                "--peak-gemm-size", "0", "--out", str(tmp_path)], tmp_path,
-              ready=lambda: _rank_processes(1) and not links.extend(_its_namespaces()), settle=3)
+              ready=lambda: _rank_processes(1, tmp_path) and not links.extend(_its_namespaces()), settle=3,
+              env=_tagged(subprocess_env(), tmp_path))
     time.sleep(2)
-    assert not _rank_processes(0) and not _rank_processes(1), "rank processes outlived the run"
+    assert not _rank_processes(0, tmp_path) and not _rank_processes(1, tmp_path), "rank processes outlived the run"
     # the worker was killed with its session: compare removed its emulated network
     assert bool(links) == EMULATED and not set(links) & set(netns._namespaces()), links
 
