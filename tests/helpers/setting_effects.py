@@ -1,9 +1,9 @@
 """What a framework's settings did, read in a process started as a run's worker is
 (tests/test_setting_effects.py hands it benchmarks.runner.run_config's environment and
 arguments: the settings' environment from the start): the settings applied as a run
-applies them (their execution, common.launch.rank.apply_settings), one small training
-step of LeNet (the conformance checks' batch), then each setting's probe (PROBES) reads what the library did, not the
-flag that asked it to:
+applies them (their execution, common.launch.rank.apply_settings), one training step of
+LeNet (the conformance checks' batch), then each setting's probe (PROBES) reads what the
+library did, not the flag that asked it to:
 
     python -m tests.helpers.setting_effects CONFIG_JSON OUT_PATH
 
