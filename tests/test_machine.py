@@ -29,21 +29,25 @@ _OLD = {"sse4_1", "sse4_2", "avx", "fma", "f16c", "bmi2"}
 _AVX512 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512ifma", "avx512vbmi",
            "avx512_vbmi2", "avx512_vnni", "avx512_bitalg", "avx512_vpopcntdq", "avx512_bf16"}
 KINDS_MET = {
-    "amd-epyc-2core-avx2": ("AMD EPYC", _OLD | {"avx2"}),
-    "amd-epyc-2core-avx512": ("AMD EPYC", _OLD | {"avx2"} | _AVX512),
+    "amd-epyc-2core-avx2": ("amd-epyc-2core-avx2", "AMD EPYC", _OLD | {"avx2"}),
+    # CPU family 25 (the kind's settings file was measured there) and family 26, which
+    # adds avx512_vp2intersect: one kind, since the kind is read from the widest ISA
+    "amd-epyc-2core-avx512": ("amd-epyc-2core-avx512", "AMD EPYC", _OLD | {"avx2"} | _AVX512),
+    "amd-epyc-2core-avx512-family26": ("amd-epyc-2core-avx512", "AMD EPYC",
+                                       _OLD | {"avx2", "avx512_vp2intersect"} | _AVX512),
     "intel-r-xeon-r-processor-2core-avx512": (
-        "Intel(R) Xeon(R) Processor",
+        "intel-r-xeon-r-processor-2core-avx512", "Intel(R) Xeon(R) Processor",
         _OLD | {"avx2", "avx_vnni", "avx512_fp16", "amx_bf16", "amx_int8", "amx_tile"} | _AVX512),
 }
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS_MET))
-def test_the_machine_kind_is_read_from_the_cpus_flags(kind):
-    """Each kind met, from its flags as env_info() records them, and from a record written
+@pytest.mark.parametrize("met", sorted(KINDS_MET))
+def test_the_machine_kind_is_read_from_the_cpus_flags(met):
+    """Each CPU met, from its flags as env_info() records them, and from a record written
     before the flags were kept (its cpu_vector_extensions read back). Planted: the kind
     read from the formatted line ("AVX-512" in it) takes the AVX2-only EPYC, whose line is
     "AVX2, no AVX-512, no AMX", for an AVX-512 one."""
-    model, flags = KINDS_MET[kind]
+    kind, model, flags = KINDS_MET[met]
     env = {"cpu_model": model, "cpu_count": 2, "gpu_model": None}
     assert settings.machine_kind({**env, "cpu_flags": machine.vector_flags(flags)}) == kind
     legacy = {**env, "cpu_vector_extensions": machine.cpu_vector_extensions(flags)}
