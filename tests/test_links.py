@@ -259,10 +259,14 @@ PAGE = ROOT / "docs" / "results" / "cpu-2core-links.md"
 # issue 52's lesson: data, sharded and tensor parallelism of the ViT across links
 SPLITS = ROOT / "docs" / "results" / "vit-splits-links"
 SPLITS_PAGE = ROOT / "docs" / "results" / "cpu-2core-vit-splits-links.md"
+# the same two commands on the other AVX-512 kind (a 2-core AMD EPYC)
+SPLITS_AMD = ROOT / "docs" / "results" / "vit-splits-links-amd-avx512"
+SPLITS_AMD_PAGE = ROOT / "docs" / "results" / "cpu-2core-vit-splits-links-amd-avx512.md"
 
 
-@pytest.mark.parametrize("records, page", [(COMMITTED, PAGE), (SPLITS, SPLITS_PAGE)],
-                         ids=["links", "vit-splits-links"])
+@pytest.mark.parametrize("records, page", [(COMMITTED, PAGE), (SPLITS, SPLITS_PAGE),
+                                           (SPLITS_AMD, SPLITS_AMD_PAGE)],
+                         ids=["links", "vit-splits-links", "vit-splits-links-amd"])
 def test_the_committed_page_is_its_records(tmp_path, records, page):
     """Every table row of a committed links page is what its committed records give (the
     page rebuilt from a copy of them): no figure edited by hand, none stale."""
@@ -276,11 +280,12 @@ def test_the_committed_page_is_its_records(tmp_path, records, page):
     assert not missing, missing[:3]
 
 
-def test_the_splits_sent_what_their_collectives_send():
+@pytest.mark.parametrize("records", [SPLITS, SPLITS_AMD], ids=["xeon", "amd"])
+def test_the_splits_sent_what_their_collectives_send(records):
     """Every committed split row at 2 and 4 nodes: each node's bytes a step within 10 % of
     its collectives' (split_bytes); planted, ZeRO's 3(n-1)/n x P for FSDP2 on gloo and
     Megatron's four all-reduces a block for DTensor: both splits' rows miss."""
-    rows = [r for r in links_page.load(SPLITS)["models"]["vit"]["rows"] if r.mode != "native"]
+    rows = [r for r in links_page.load(records)["models"]["vit"]["rows"] if r.mode != "native"]
     assert {(r.mode, r.nodes) for r in rows if r.ok} == {(m, n) for m in ("fsdp", "tp") for n in (2, 4)}
     assert links_page.sent_misses(rows) == []
     planted = links_page.split_bytes
@@ -294,23 +299,29 @@ def test_the_splits_sent_what_their_collectives_send():
     assert {m.split(" ring")[0] for m in missed} == {"pytorch fsdp", "pytorch tp"}, missed
 
 
-def test_the_splits_are_predicted_within_20_percent_where_the_link_matters(monkeypatch):
+# each kind's rows the bound misses, which its page names with a reading (the Xeon's
+# DTensor at 1gbit on 2 nodes, +21 %: its fitted o 44 ms; the EPYC's 6 ms, none missed)
+MISSED = {SPLITS: {("pytorch tp", 2, "1gbit")}, SPLITS_AMD: set()}
+
+
+@pytest.mark.parametrize("records", [SPLITS, SPLITS_AMD], ids=["xeon", "amd"])
+def test_the_splits_are_predicted_within_20_percent_where_the_link_matters(monkeypatch, records):
     """The committed splits' rows whose t2 is at least 30 % of the step are predicted
-    within 20 % out of sample (each split's o fitted at 100mbit on 2 nodes), but the one
-    the page names with its reading (tp at 1gbit on 2 nodes, +21 %). Planted, DTensor's
-    bytes counted as Megatron's four all-reduces a block: tp's slow-link rows miss."""
+    within 20 % out of sample (each split's o fitted at 100mbit on 2 nodes), but those
+    the page names with its reading (MISSED). Planted, DTensor's bytes counted as
+    Megatron's four all-reduces a block: tp's slow-link rows miss."""
     def missed(preds):
         return {(p["row"].engine, p["row"].nodes, p["row"].rate) for p in preds
                 if "why" not in p and p["t2_share"] >= links_page.T2_SHARE
                 and abs(p["err"]) > links_page.WITHIN}
-    preds = links_page.predictions(links_page.load(SPLITS), "100mbit")
+    preds = links_page.predictions(links_page.load(records), "100mbit")
     assert sum("why" not in p and p["t2_share"] >= 0.3 for p in preds) >= 6
-    assert missed(preds) == {("pytorch tp", 2, "1gbit")}, missed(preds)
+    assert missed(preds) == MISSED[records], missed(preds)
     megatron = links_page.split_bytes
     monkeypatch.setattr(links_page, "split_bytes", lambda model, mode, n, batch: megatron(
         model, mode, n, batch) * (4 / 6 if mode == "tp" else 1))
     assert {("pytorch tp", 2, "10mbit"), ("pytorch tp", 4, "100mbit")} <= missed(
-        links_page.predictions(links_page.load(SPLITS), "100mbit"))
+        links_page.predictions(links_page.load(records), "100mbit"))
 
 
 # --- MXNet's parameter server: keys to servers, bytes, the key-by-key exchange ---

@@ -333,36 +333,67 @@ def _the(values) -> str:
     return "/".join(sorted({str(v) for v in values}))
 
 
+VS, VS_AMD = "cpu-2core-vit-splits/vit", "cpu-2core-vit-splits-amd-avx512/vit"
+
+
 @functools.cache
-def _splits() -> tuple[dict, dict, dict]:
-    """cpu-2core-vit-splits-links.md's rows by (split, nodes, rate), its predictions (fitted
-    at 100mbit) the same way, and the probe's link efficiency at 100mbit."""
+def _split_rows(folder: str) -> dict[tuple[str, str, int], dict]:
+    """A split page's compare rows (runs.summarize) by (framework, mode, devices)."""
+    from common.reports import runs
+    records = load_records(RESULTS / folder)
+    return {(r["framework"], r["mode"], r["devices"]): row
+            for r, row in zip(records, runs.summarize(records)) if row["status"] == "ok"}
+
+
+def _vs(framework: str, mode: str, devices: int, folder: str = VS_AMD) -> float:
+    return _split_rows(folder)[framework, mode, devices]["sec/epoch"]
+
+
+def _splits_table(folder: str) -> list[dict]:
+    """A split page's table "One model split over the devices" (common/reports/splits.py)."""
+    from common.reports import splits
+    return splits.rows(load_records(RESULTS / folder))
+
+
+# the frameworks whose own tensor parallelism runs on 2 CPU devices
+TP_OWN = ("pytorch", "tensorflow", "paddle", "jax", "keras-jax")
+
+
+VSL, VSL_AMD = "vit-splits-links", "vit-splits-links-amd-avx512"
+
+
+@functools.cache
+def _splits(folder: str = VSL) -> tuple[dict, dict, dict]:
+    """cpu-2core-vit-splits-links.md's rows (or the EPYC's page's, VSL_AMD) by (split,
+    nodes, rate), its predictions (fitted at 100mbit) the same way, and the probe's link
+    efficiency at 100mbit."""
     from common.reports import links
-    data = links.load(RESULTS / "vit-splits-links")
+    data = links.load(RESULTS / folder)
     m = data["models"]["vit"]
     rows = {(r.mode, r.nodes, r.rate): r for r in m["rows"] if r.ok}
     preds = {(p["row"].mode, p["row"].nodes, p["row"].rate): p
              for p in links.predictions(data, "100mbit") if "why" not in p}
-    return rows, preds, {"eff": links.link_efficiency(m, "vit", "100mbit")}
+    return rows, preds, {"eff": links.link_efficiency(m, "vit", "100mbit"),
+                         "t1": dict(m["compute"]["pytorch"])[m["batch"]]}
 
 
-def _step(*key) -> str:
+def _step(*key, folder: str = VSL) -> str:
     from common.reports import links
-    return links._ms(_splits()[0][key].step)
+    return links._ms(_splits(folder)[0][key].step)
 
 
-def _sent_mb(mode: str, nodes: int) -> str:
+def _sent_mb(mode: str, nodes: int, folder: str = VSL) -> str:
     """The span of a split's busiest node's MB a step over its rates, '0.87' where one."""
-    sent = [max(r.sent()) / 1e6 for k, r in _splits()[0].items() if k[:2] == (mode, nodes)]
+    sent = [max(r.sent()) / 1e6 for k, r in _splits(folder)[0].items() if k[:2] == (mode, nodes)]
     lo, hi = f"{min(sent):.2f}", f"{max(sent):.2f}"
     return lo if lo == hi else f"{lo}-{hi}"
 
 
-def _beyond(*key) -> str:
+def _beyond(*key, folder: str = VSL) -> str:
     """A row's step beyond its link's time (step - t2 calculated), in ms."""
     from common.launch import netns
     from common.reports import links
-    row, eff = _splits()[0][key], _splits()[2]["eff"]
+    row, eff = _splits(folder)[0][key], _splits(folder)[2]["eff"]
     return f"{1e3 * (row.step - links.row_exchange_bytes(row) / (eff * netns.rate_bits(row.rate) / 8)):.0f}"
 
 
@@ -377,8 +408,8 @@ def _tp_bytes() -> float:
     return links.split_bytes("vit", "tp", 2, 128)
 
 
-def _pct_of(key, what="err") -> str:
-    n = round(100 * _splits()[1][key][what])
+def _pct_of(key, what="err", folder: str = VSL) -> str:
+    n = round(100 * _splits(folder)[1][key][what])
     return f"{n:+d}" if what == "err" else str(n)
 
 
@@ -1047,6 +1078,62 @@ PROSE_FIGURES = [
     ("cpu-2core-vit-splits-links.md", "FSDP2 on 4 nodes at 1 Gbit/s is {} % off where its t2 is {} % of the step",
      lambda: (str(abs(round(100 * _splits()[1]["fsdp", 4, "1gbit"]["err"]))),
               _pct_of(("fsdp", 4, "1gbit"), "t2_share"))),
+    # cpu-2core-vit-splits-amd-avx512.md, "What it shows": the EPYC's split rows, beside the Xeon's
+    ("cpu-2core-vit-splits-amd-avx512.md", "as parameter bytes, {}-{} MB on 2 devices",
+     lambda: (lambda g: (_f(min(g), 3), _f(max(g), 3)))(
+         [r["grads MB/dev"] for r in _splits_table(VS_AMD) if r["devices"] == 2 and r["grads MB/dev"]])),
+    ("cpu-2core-vit-splits-amd-avx512.md", "PyTorch's DDP {} s an epoch against {}, TensorFlow's MirroredStrategy {} against {}, JAX {} "
+     "against {}, Keras on JAX {} against {}, where MXNet ({} against {}) and Paddle ({} against {}) lose",
+     lambda: tuple(_f(_vs(fw, "native", d)) for fw in ("pytorch", "tensorflow", "jax", "keras-jax", "mxnet", "paddle")
+                   for d in (2, 1))),
+    ("cpu-2core-vit-splits-amd-avx512.md", "(TensorFlow's DTensor {} s against {}, JAX {} against {}, Keras on JAX {} against {}) and {}x "
+     "where FSDP2 runs them op by op over gloo ({} against {})",
+     lambda: (*(_f(_vs(fw, m, 2)) for fw in ("tensorflow", "jax", "keras-jax") for m in ("fsdp", "native")),
+              _f(_vs("pytorch", "fsdp", 2) / _vs("pytorch", "native", 2), 1),
+              _f(_vs("pytorch", "fsdp", 2)), _f(_vs("pytorch", "native", 2)))),
+    ("cpu-2core-vit-splits-amd-avx512.md", "Tensor parallelism costs {}-{}x (TensorFlow's DTensor {}, Paddle's auto-parallel {} against its {}, "
+     "JAX {}, Keras on JAX {}, PyTorch's DTensor {})",
+     lambda: (*(_f(f(_vs(fw, "tp", 2) / _vs(fw, "native", 2) for fw in TP_OWN), 1) for f in (min, max)),
+              _f(_vs("tensorflow", "tp", 2)), _f(_vs("paddle", "tp", 2)), _f(_vs("paddle", "native", 2)),
+              *(_f(_vs(fw, "tp", 2)) for fw in ("jax", "keras-jax", "pytorch")))),
+    ("cpu-2core-vit-splits-amd-avx512.md", "their 1-device rows cost {}x (PyTorch) to {}x (TensorFlow",
+     lambda: (lambda r: (_f(min(r)), _f(max(r), 1)))(
+         [_vs(fw, m, 1) / _vs(fw, "native", 1) for fw in ("pytorch", "tensorflow", "mxnet", "paddle", "jax")
+          for m in ("sharded", "tensor")])),
+    ("cpu-2core-vit-splits-amd-avx512.md", "every row both pages ran took {}-{}x as long on the Xeon",
+     lambda: (lambda r: (_f(min(r)), _f(max(r))))(
+         [_vs(*k, folder=VS) / v["sec/epoch"] for k, v in _split_rows(VS_AMD).items() if k in _split_rows(VS)])),
+    ("cpu-2core-vit-splits-amd-avx512.md", "data parallelism there ({} against {} s, {} against {} s) and are {}-{} % slower here",
+     lambda: (_f(_vs("tensorflow", "tp", 2, VS)), _f(_vs("tensorflow", "native", 2, VS)),
+              _f(_vs("keras-jax", "fsdp", 2, VS)), _f(_vs("keras-jax", "native", 2, VS)),
+              *(f"{100 * (f(_vs(fw, m, 2) / _vs(fw, 'native', 2) for fw, m in (('tensorflow', 'tp'), ('keras-jax', 'fsdp'))) - 1):.0f}"
+                for f in (min, max)))),
+    # cpu-2core-vit-splits-links-amd-avx512.md, "What it shows": the EPYC's rows, beside the Xeon's
+    ("cpu-2core-vit-splits-links-amd-avx512.md", "{} ms a step at 10 Mbit/s on 2 nodes against FSDP2's {} ms "
+     "and tensor parallelism's {} ms; {} ms against {} and {} ms at 1 Gbit/s",
+     lambda: tuple(_step(m, 2, r, folder=VSL_AMD) for r in ("10mbit", "1gbit") for m in ("native", "fsdp", "tp"))),
+    ("cpu-2core-vit-splits-links-amd-avx512.md", "FSDP2 {} MB a node a step on 2 nodes, {} MB on 4",
+     lambda: (_sent_mb("fsdp", 2, VSL_AMD), _sent_mb("fsdp", 4, VSL_AMD))),
+    ("cpu-2core-vit-splits-links-amd-avx512.md", "tensor parallelism {} MB on 2 nodes and {} MB on 4",
+     lambda: (_sent_mb("tp", 2, VSL_AMD), _sent_mb("tp", 4, VSL_AMD))),
+    ("cpu-2core-vit-splits-links-amd-avx512.md", "(t1) takes {} ms here ({} ms on the Xeon",
+     lambda: tuple(f"{1e3 * _splits(f)[2]['t1']:.1f}" for f in (VSL_AMD, VSL))),
+    ("cpu-2core-vit-splits-links-amd-avx512.md", "is {} % for data parallelism, {} % for FSDP2 and {} % for tensor "
+     "parallelism (the Xeon's {}, {} and {} %)",
+     lambda: tuple(_pct_of((m, 2, "1gbit"), "t2_share", f) for f in (VSL_AMD, VSL) for m in ("native", "fsdp", "tp"))),
+    ("cpu-2core-vit-splits-links-amd-avx512.md", "DDP {} ms, FSDP2 {} ms, tensor parallelism {} ms",
+     lambda: tuple(_beyond(m, 2, "1gbit", folder=VSL_AMD) for m in ("native", "fsdp", "tp"))),
+    ("cpu-2core-vit-splits-links-amd-avx512.md", "within 20 % ({}-{} %), tensor parallelism at 1 Gbit/s on 2 nodes "
+     "among them ({} %, t2 {} % of its step), the row the Xeon's fit missed ({} %)",
+     lambda: (*(str(f(abs(round(100 * p["err"])) for p in _splits(VSL_AMD)[1].values() if p["t2_share"] >= 0.3))
+                for f in (min, max)),
+              _pct_of(("tp", 2, "1gbit"), folder=VSL_AMD), _pct_of(("tp", 2, "1gbit"), "t2_share", VSL_AMD),
+              _pct_of(("tp", 2, "1gbit")))),
+    ("cpu-2core-vit-splits-links-amd-avx512.md", "its fitted o is {} ms ({} ms on the Xeon)",
+     lambda: tuple(f"{1e3 * _splits(f)[1]['tp', 2, '10mbit']['o']:.0f}" for f in (VSL_AMD, VSL))),
+    ("cpu-2core-vit-splits-links-amd-avx512.md", "FSDP2 on 4 nodes at 1 Gbit/s is {} % off where its t2 is {} % of",
+     lambda: (str(abs(round(100 * _splits(VSL_AMD)[1]["fsdp", 4, "1gbit"]["err"]))),
+              _pct_of(("fsdp", 4, "1gbit"), "t2_share", VSL_AMD))),
     # docs/results/README.md: figures read from the pages it indexes
     ("README.md", "every row's test accuracy {}, epochs of {} s)",
      lambda: (_span([r["test_accuracy"] for r in _compare(VD)], 4),
