@@ -1024,6 +1024,49 @@ ENTRY %main (p: f32[10,4], q: bf16[3]) -> f32[10,4] {
 """
 
 
+# A partitioned training step of two parameters as XLA:CPU writes JAX's fsdp step: the
+# whole gradients all-reduced, each device's update slicing its rows (w) by its index;
+# the bias replicated, updated with its whole gradient. {W}/{B}: the update's operands.
+UPDATE_HLO = """HloModule jit_step
+
+%fused_w (p0: f32[2,4], p1: f32[4,4], p2: u32[]) -> f32[2,4] {{
+  ROOT %s = f32[2,4]{{1,0}} parameter(0)
+}}
+
+ENTRY %main (w: f32[2,4], b: f32[4], x: f32[8,4]) -> (f32[2,4], f32[4], f32[]) {{
+  %w = f32[2,4]{{1,0}} parameter(0)
+  %b = f32[4]{{0}} parameter(1)
+  %x = f32[8,4]{{1,0}} parameter(2)
+  %id = u32[] partition-id()
+  %gw = f32[4,4]{{1,0}} dot(%x, %x), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}
+  %gb = f32[4]{{0}} reduce(%x, %id), dimensions={{0}}, to_apply=%add
+  %ar = (f32[4,4]{{1,0}}, f32[4]{{0}}) all-reduce(%gw, %gb), to_apply=%add
+  %g0 = f32[4,4]{{1,0}} get-tuple-element(%ar), index=0
+  %g1 = f32[4]{{0}} get-tuple-element(%ar), index=1
+  %rows = f32[2,4]{{1,0}} slice(%g0), slice={{[0:2], [0:4]}}
+  %uw = f32[2,4]{{1,0}} fusion(%w, {W}, %id), kind=kLoop, calls=%fused_w
+  %ub = f32[4]{{0}} fusion(%b, {B}), kind=kLoop, calls=%fused_w
+  %cw = f32[2,4]{{1,0}} copy(%uw)
+  %loss = f32[] constant(0)
+  ROOT %t = (f32[2,4]{{1,0}}, f32[4]{{0}}, f32[]) tuple(%cw, %ub, %loss)
+}}
+"""
+
+
+def test_a_steps_gradient_bytes_are_read_from_its_updates():
+    """update_gradient_bytes (JAX's fsdp grad_bytes): each updated parameter's gradient
+    operand, through a layout copy, the parameter itself, the device's index and scalars
+    not counted: the whole all-reduced gradient where the update slices its rows, the rows
+    where it takes them. Not read (None): an update that takes the batch's activations
+    (the gradient's own reduction fused into it), larger than the whole parameter."""
+    from common.results import hlo
+    whole = [64, 16]
+    assert hlo.update_gradient_bytes(UPDATE_HLO.format(W="%g0", B="%g1"), whole) == [64, 16]
+    assert hlo.update_gradient_bytes(UPDATE_HLO.format(W="%rows", B="%g1"), whole) == [32, 16]
+    assert hlo.update_gradient_bytes(UPDATE_HLO.format(W="%g0", B="%x"), whole) is None
+    assert hlo.update_gradient_bytes(COLLECTIVE_HLO, [320]) is None     # no tuple of updates
+
+
 def test_a_programs_collectives_are_counted_by_their_results_bytes():
     """collective_bytes (fsdp's record figure): an all-gather by its gathered array, a tuple
     all-reduce by all its arrays in their own types, a reduce-scatter by one device's part;

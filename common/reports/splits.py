@@ -86,7 +86,8 @@ def definitions(split_rows: list[dict]) -> list[str]:
             "those, what every device holds whole (tensor, tp). "
             + ("grads MB/dev: the most any device holds of the gradients it updates its "
                "parameters with, after the step's exchange, read from the gradient arrays "
-               "('-': not read in that framework's own split). "
+               "(JAX: each update's gradient operand in its compiled program; XLA:CPU "
+               "all-reduces fsdp's gradients whole; '-': not read in that split). "
                if "grads MB/dev" in _columns(split_rows) else "")
             + "sent MB/step/dev: what each "
             "device sends a step, counted by the suite's own collectives as they move "

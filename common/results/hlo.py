@@ -202,6 +202,45 @@ def collective_bytes(text: str) -> dict[str, int]:
     return out
 
 
+_ENTRY = re.compile(r"^ENTRY\s+%?([\w.\-]+)", re.M)
+# what a program's result may pass through on its way out (a layout copy, a bitcast)
+_PASS_THROUGH = ("copy", "bitcast")
+# operands that carry no gradient: the update's own parameter, a scalar's source
+_NOT_GRADIENT = ("parameter", "constant", "partition-id", "replica-id")
+
+
+def update_gradient_bytes(text: str, whole: list[int]) -> list[int] | None:
+    """A compiled training step whose first len(whole) results are its updated parameters
+    (p - lr g, `whole` their bytes as one array each): for each, the bytes of the gradient
+    its update takes on one device, read from the partitioned program (the largest operand
+    of the instruction computing it, on XLA:CPU a loop fusion, that is not the program's
+    own parameter, a constant or the device's index: its g, whole where the update slices
+    its part out of an all-reduced gradient). None where a result does not read so (an
+    operand smaller than the updated part or larger than the whole parameter: XLA fused
+    the gradient's own computation into the update, so the operand is not the gradient)."""
+    comps, _ = parse(text)
+    entry = _ENTRY.search(text)
+    body = comps.get(entry.group(1)) if entry else None
+    if not body:
+        return None
+    by_name = dict(body)
+    root = by_name[body[-1][0]]
+    if root["opcode"] != "tuple" or len(root["operands"]) < len(whole):
+        return None
+    out = []
+    for name, w in zip(root["operands"], whole):
+        result = by_name[name]
+        while result["opcode"] in _PASS_THROUGH:
+            result = by_name[result["operands"][0]]
+        sizes = [by_name[o]["bytes"] for o in result["operands"]
+                 if o in by_name and by_name[o]["opcode"] not in _NOT_GRADIENT]
+        g = max(sizes, default=0)
+        if not result["bytes"] <= g <= w:
+            return None
+        out.append(g)
+    return out
+
+
 def module_id(serialized: bytes) -> int:
     """The unique id of a serialized HloModuleProto (its field 5, int64; 0 when unset),
     which a profiler's events carry as `program_id`: module names repeat (every jitted

@@ -143,16 +143,22 @@ class MeshTrainer(Trainer):
                 "flops": flops}
 
     def figures(self):
-        """fsdp: each device's bytes of the parameters between steps, the parameters' bytes,
-        and the bytes the compiled step's collectives carry, by kind, read from its HLO
-        (jit's cached program): which collectives XLA chose is the compiler's to say."""
+        """fsdp, tp: each device's bytes of the parameters between steps, the parameters'
+        bytes, and from the compiled step's HLO (jit's cached program) the bytes its
+        collectives carry, by kind, and where each update reads so, the gradient bytes
+        each device updates its parameters with (the same program on every device): which
+        collectives XLA chose, and so whether a gradient arrives whole, is the compiler's
+        to say."""
         if not self.one_model:
             return {}
-        out = held_figures(self.shard_arrays(),
-                           [int(np.prod(p.shape)) * p.dtype.itemsize for p in self.params],
-                           self.tensor or None)
+        whole = [int(np.prod(p.shape)) * p.dtype.itemsize for p in self.params]
+        out = held_figures(self.shard_arrays(), whole, self.tensor or None)
         if self.compiled and self._inputs is not None:
-            out["collective_bytes"] = hlo.collective_bytes(self._compiled_step().as_text())
+            text = self._compiled_step().as_text()
+            out["collective_bytes"] = hlo.collective_bytes(text)
+            grads = hlo.update_gradient_bytes(text, whole)
+            if grads is not None:
+                out["grad_bytes"] = [sum(grads)] * len(out["shard_bytes"])
         return out
 
     def _compiled_step(self):

@@ -497,11 +497,17 @@ def fsdp_two_devices_match_oracle(b, name):
     assert sharded >= 0.8 * total, f"only {sharded / total:.0%} of the parameters' bytes are sharded"
     fig = trainer.figures()
     assert fig["shard_bytes"] == kept
-    if "grad_bytes" in fig:        # where the trainer reads its gradients (TensorFlow's DTensor)
-        assert fig["grad_bytes"] == kept, (
-            f"the devices update their rows with {fig['grad_bytes']} bytes of gradients, "
-            f"not their rows' {kept}")
     moved = fig.get("collective_bytes")
+    if "grad_bytes" in fig:        # where the trainer reads its gradients (TensorFlow's
+        # DTensor; JAX's compiled step, from its HLO): each device's rows, or the whole
+        # gradient where the program reduces none in parts (XLA:CPU's: its all-reduce hands
+        # every device the whole gradient, which each slices; no reduce-scatter)
+        whole_grads = moved is not None and not moved["reduce-scatter"] and (
+            moved["all-reduce"] >= fig["param_bytes"])
+        expected = [fig["param_bytes"]] * 2 if whole_grads else kept
+        assert fig["grad_bytes"] == expected, (
+            f"the devices update their rows with {fig['grad_bytes']} bytes of gradients, "
+            f"not {expected} ({'the whole gradient, all-reduced' if whole_grads else 'their rows'})")
     if moved is not None:      # a compiled program: which collectives is XLA's choice (for
         # ResNet-18 it gathers half the weights and moves activations instead), but the
         # devices cannot agree without some
