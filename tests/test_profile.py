@@ -1044,6 +1044,7 @@ ENTRY %main (w: f32[2,4], b: f32[4], x: f32[8,4]) -> (f32[2,4], f32[4], f32[]) {
   %g0 = f32[4,4]{{1,0}} get-tuple-element(%ar), index=0
   %g1 = f32[4]{{0}} get-tuple-element(%ar), index=1
   %rows = f32[2,4]{{1,0}} slice(%g0), slice={{[0:2], [0:4]}}
+  %wc = f32[2,4]{{1,0}} copy(%w)
   %uw = f32[2,4]{{1,0}} fusion(%w, {W}, %id), kind=kLoop, calls=%fused_w
   %ub = f32[4]{{0}} fusion(%b, {B}), kind=kLoop, calls=%fused_w
   %cw = f32[2,4]{{1,0}} copy(%uw)
@@ -1054,16 +1055,22 @@ ENTRY %main (w: f32[2,4], b: f32[4], x: f32[8,4]) -> (f32[2,4], f32[4], f32[]) {
 
 
 def test_a_steps_gradient_bytes_are_read_from_its_updates():
-    """update_gradient_bytes (JAX's fsdp grad_bytes): each updated parameter's gradient
-    operand, through a layout copy, the parameter itself, the device's index and scalars
-    not counted: the whole all-reduced gradient where the update slices its rows, the rows
-    where it takes them. Not read (None): an update that takes the batch's activations
-    (the gradient's own reduction fused into it), larger than the whole parameter."""
+    """update_gradient_bytes (JAX's and Keras on JAX's grad_bytes): each updated
+    parameter's gradient operand, through a layout copy, the parameters (a copy of one
+    too), the device's index and scalars not counted: the whole all-reduced gradient where
+    the update slices its rows, the rows where it takes them; from a given result on
+    (Keras's step returns its logs first). Not read (None): an operand that is neither the
+    part's bytes nor the whole's (the gradient's own computation fused into the update);
+    a program whose result is not a tuple of updates."""
     from common.results import hlo
     whole = [64, 16]
     assert hlo.update_gradient_bytes(UPDATE_HLO.format(W="%g0", B="%g1"), whole) == [64, 16]
     assert hlo.update_gradient_bytes(UPDATE_HLO.format(W="%rows", B="%g1"), whole) == [32, 16]
-    assert hlo.update_gradient_bytes(UPDATE_HLO.format(W="%g0", B="%x"), whole) is None
+    # planted: the bias's update fed the weight's gradient, a 64-byte array where a 16-byte
+    # gradient goes in; the weight's fed its own parameter's copy
+    assert hlo.update_gradient_bytes(UPDATE_HLO.format(W="%g0", B="%gw"), whole) is None
+    assert hlo.update_gradient_bytes(UPDATE_HLO.format(W="%wc", B="%g1"), whole) is None
+    assert hlo.update_gradient_bytes(UPDATE_HLO.format(W="%g0", B="%g1"), whole[1:], 1) == [16]
     assert hlo.update_gradient_bytes(COLLECTIVE_HLO, [320]) is None     # no tuple of updates
 
 

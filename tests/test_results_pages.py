@@ -43,20 +43,28 @@ SPLIT_BYTES = ("model MB", "held MB/dev", "whole MB/dev", "grads MB/dev", "sent 
                "formula MB/step/dev", "compiled collectives MB")
 
 
+# figures the Xeon's records were written before (read since): compared where both have them
+NEWER = ("grads MB/dev",)
+
+
 def split_bytes_differences(a: list[dict], b: list[dict]) -> list[str]:
-    """Where two runs' split rows (common/reports/splits.py) hold other bytes, a figure
-    missing on either side (records written before it) not counted; and rows on one side only."""
+    """Where two runs' split rows (common/reports/splits.py) hold other bytes, or a figure
+    one side lacks (but NEWER's, which older records lack); and rows on one side only."""
     def keyed(records):
         return {(r["framework"], r["mode"], r["devices"]): r for r in splits.rows(records)}
     ka, kb = keyed(a), keyed(b)
     out = [f"{k}: on one side only" for k in sorted(set(ka) ^ set(kb))]
     for k in sorted(set(ka) & set(kb)):
         out += [f"{k} {c}: {ka[k][c]} against {kb[k][c]}" for c in SPLIT_BYTES
-                if None not in (ka[k][c], kb[k][c]) and ka[k][c] != kb[k][c]]
+                if ka[k][c] != kb[k][c] and not (c in NEWER and None in (ka[k][c], kb[k][c]))]
     return out
 
 
 def test_a_splits_bytes_are_the_same_on_every_machine_kind():
+    """The split pages of the Xeon and the EPYC (one command): every byte figure of every
+    row the same, since bytes follow from the shapes and collectives, not the CPU.
+    Planted: one device's shard a parameter larger; one framework's rows left out; a byte
+    figure dropped from one side."""
     intel, amd = (load_records(RESULTS / f) for f in SPLIT_KINDS)
     assert len(splits.rows(amd)) == 35
     assert split_bytes_differences(intel, amd) == []
@@ -66,6 +74,9 @@ def test_a_splits_bytes_are_the_same_on_every_machine_kind():
                for r in amd]
     assert len(split_bytes_differences(intel, planted)) == 1
     assert len(split_bytes_differences(intel, [r for r in amd if r["framework"] != "mxnet"])) == 4
+    dropped = [{k: v for k, v in r.items() if k != "sent_bytes_per_step"}
+               if (r["framework"], r["mode"], r.get("devices")) == ("mxnet", "sharded", 2) else r for r in amd]
+    assert len(split_bytes_differences(intel, dropped)) == 1
 
 
 # The ViT learns alike in every framework (issue 51): after the default compare's 2 epochs

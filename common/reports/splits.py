@@ -86,7 +86,7 @@ def definitions(split_rows: list[dict]) -> list[str]:
             "those, what every device holds whole (tensor, tp). "
             + ("grads MB/dev: the most any device holds of the gradients it updates its "
                "parameters with, after the step's exchange, read from the gradient arrays "
-               "(JAX: each update's gradient operand in its compiled program; XLA:CPU "
+               "(JAX, Keras on JAX: each update's gradient operand in the compiled step; XLA:CPU "
                "all-reduces fsdp's gradients whole; '-': not read in that split). "
                if "grads MB/dev" in _columns(split_rows) else "")
             + "sent MB/step/dev: what each "
@@ -96,5 +96,5 @@ def definitions(split_rows: list[dict]) -> list[str]:
             "(common/core/perf.py): sharded 2(k-1)/k of the model (gathered once a step), "
             "fsdp 3(k-1)/k (ZeRO-3: gathered again for the backward pass), tensor and tp 4 x "
             "blocks x 2(k-1)/k x batch x tokens x width x 4 bytes. compiled collectives MB: "
-            "the bytes the compiled step's collectives carry (JAX: read from its HLO; which "
+            "the bytes the compiled step's collectives carry (JAX, Keras on JAX: read from its HLO; which "
             "collectives is XLA's choice)."]

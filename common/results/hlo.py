@@ -203,39 +203,45 @@ def collective_bytes(text: str) -> dict[str, int]:
 
 
 _ENTRY = re.compile(r"^ENTRY\s+%?([\w.\-]+)", re.M)
-# what a program's result may pass through on its way out (a layout copy, a bitcast)
+_ROOT = re.compile(r"^\s*ROOT\s+%?([\w.\-]+)\s*=", re.M)
+# what a value may pass through unchanged (a layout copy, a bitcast)
 _PASS_THROUGH = ("copy", "bitcast")
 # operands that carry no gradient: the update's own parameter, a scalar's source
 _NOT_GRADIENT = ("parameter", "constant", "partition-id", "replica-id")
 
 
-def update_gradient_bytes(text: str, whole: list[int]) -> list[int] | None:
-    """A compiled training step whose first len(whole) results are its updated parameters
-    (p - lr g, `whole` their bytes as one array each): for each, the bytes of the gradient
-    its update takes on one device, read from the partitioned program (the largest operand
-    of the instruction computing it, on XLA:CPU a loop fusion, that is not the program's
-    own parameter, a constant or the device's index: its g, whole where the update slices
-    its part out of an all-reduced gradient). None where a result does not read so (an
-    operand smaller than the updated part or larger than the whole parameter: XLA fused
-    the gradient's own computation into the update, so the operand is not the gradient)."""
+def update_gradient_bytes(text: str, whole: list[int], first: int = 0) -> list[int] | None:
+    """A compiled training step whose results from index `first` on are its updated
+    parameters (p - lr g, `whole` their bytes as one array each; Keras's step returns its
+    logs first): for each, the bytes of the gradient its update takes on one device, read
+    from the partitioned program: the largest operand of the instruction computing it (on
+    XLA:CPU a loop fusion), each operand followed through copies and bitcasts, that is not
+    one of the program's parameters, a constant or the device's index. Its g, whole where
+    the update slices its part out of an all-reduced gradient, or the part. None where any
+    result does not read so (the operand neither the updated part's bytes nor the whole
+    parameter's: XLA fused the gradient's own computation into the update, whose operands
+    are then the batch's activations or partial sums, not the gradient)."""
     comps, _ = parse(text)
     entry = _ENTRY.search(text)
-    body = comps.get(entry.group(1)) if entry else None
-    if not body:
+    root = _ROOT.search(text, entry.end()) if entry else None
+    body = dict(comps.get(entry.group(1), ())) if entry else {}
+    if root is None or root.group(1) not in body:
         return None
-    by_name = dict(body)
-    root = by_name[body[-1][0]]
-    if root["opcode"] != "tuple" or len(root["operands"]) < len(whole):
+
+    def source(name):
+        f = body[name]
+        while f["opcode"] in _PASS_THROUGH and f["operands"] and f["operands"][0] in body:
+            f = body[f["operands"][0]]
+        return f
+    result = body[root.group(1)]
+    if result["opcode"] != "tuple" or len(result["operands"]) < first + len(whole):
         return None
     out = []
-    for name, w in zip(root["operands"], whole):
-        result = by_name[name]
-        while result["opcode"] in _PASS_THROUGH:
-            result = by_name[result["operands"][0]]
-        sizes = [by_name[o]["bytes"] for o in result["operands"]
-                 if o in by_name and by_name[o]["opcode"] not in _NOT_GRADIENT]
-        g = max(sizes, default=0)
-        if not result["bytes"] <= g <= w:
+    for name, w in zip(result["operands"][first:], whole):
+        update = source(name)
+        g = max((body[o]["bytes"] for o in update["operands"]
+                 if o in body and source(o)["opcode"] not in _NOT_GRADIENT), default=0)
+        if g not in (update["bytes"], w):
             return None
         out.append(g)
     return out

@@ -16,6 +16,7 @@ import keras
 from common import models
 from common.core.contract import NotApplicable, Trainer, held_figures
 from common.core.loop import STEP_LOSSES_KEPT
+from common.results import hlo
 
 from .backends import current
 from .models import nhwc
@@ -177,10 +178,23 @@ class LaidOutTrainer(FitTrainer):
 
     def figures(self):
         """Each device's bytes of the parameters between steps, the parameters' bytes, and
-        (tp) the bytes every device holds whole."""
-        return held_figures(self.shard_arrays(),
-                            [int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in self.param_vars],
-                            models.get(self.name).TENSOR_SPLIT if self.mode == "tp" else None)
+        (tp) the bytes every device holds whole; from fit's compiled train step (JAX's HLO,
+        where the placement gives it), the bytes its collectives carry and, where every
+        update reads so, the gradients' bytes each device updates with."""
+        out = held_figures(self.shard_arrays(),
+                           [int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in self.param_vars],
+                           models.get(self.name).TENSOR_SPLIT if self.mode == "tp" else None)
+        program = getattr(self.place, "program", lambda model: None)(self.model)
+        if program is not None:
+            text, first = program
+            out["collective_bytes"] = hlo.collective_bytes(text)
+            # the step's results: its logs, then the trainable variables in Keras's order
+            grads = hlo.update_gradient_bytes(text, [
+                int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in self.model.trainable_variables],
+                first)
+            if grads is not None:
+                out["grad_bytes"] = [sum(grads)] * len(out["shard_bytes"])
+        return out
 
 
 class Native:

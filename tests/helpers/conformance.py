@@ -505,9 +505,10 @@ def fsdp_two_devices_match_oracle(b, name):
         whole_grads = moved is not None and not moved["reduce-scatter"] and (
             moved["all-reduce"] >= fig["param_bytes"])
         expected = [fig["param_bytes"]] * 2 if whole_grads else kept
+        what = "the whole gradient's" if whole_grads else "their rows'"
         assert fig["grad_bytes"] == expected, (
-            f"the devices update their rows with {fig['grad_bytes']} bytes of gradients, "
-            f"not {expected} ({'the whole gradient, all-reduced' if whole_grads else 'their rows'})")
+            f"the devices update their rows with {fig['grad_bytes']} bytes of gradients, not "
+            f"{what} {expected}")
     if moved is not None:      # a compiled program: which collectives is XLA's choice (for
         # ResNet-18 it gathers half the weights and moves activations instead), but the
         # devices cannot agree without some

@@ -74,6 +74,7 @@ class DataParallelPlacement(ArraysPlacement):
         train = model.train_function
         if not getattr(train, "watched", False):
             def watched(state, batches):
+                self.state_seen = state      # a reference: the step donates its buffers
                 return train(state, _Noted(batches, self.seen))
             watched.watched = True
             model.train_function = watched
@@ -132,6 +133,23 @@ class LaidOutPlacement(DataParallelPlacement):
                                           jax.device_put(X, first), training=False)
         return np.asarray(out)
 
+    def program(self, model):
+        """fit's train step as XLA compiled it for the last step's arguments (Keras's own
+        jit of model.train_step, with its state's layouts; the same program, compiled again
+        from their shapes and layouts, since the step donated the buffers), and the index
+        of its first updated trainable variable among the program's results. None before
+        a step."""
+        if not self.seen:
+            return None
+
+        def abstract(tree):
+            return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), tree)
+        with self.scope():
+            step = jax.jit(model.train_step, donate_argnums=0,
+                           out_shardings=(None, model._get_state_sharding_spec()))
+            lowered = step.lower(abstract(self.state_seen), abstract(self.seen[1]))
+        return lowered.compile().as_text(), len(jax.tree.leaves(lowered.out_info[0]))
+
     def pieces(self, variables):
         """What each device holds of every variable, in the devices' order."""
         return [[np.asarray(next(s.data for s in v.value.addressable_shards
@@ -156,7 +174,7 @@ class _Noted:
 
     def __next__(self):
         data = next(self.batches)
-        self.seen[:] = [keras.tree.flatten(data)[0]]
+        self.seen[:] = [keras.tree.flatten(data)[0], data]
         return data
 
 
