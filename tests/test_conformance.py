@@ -687,7 +687,7 @@ def test_fsdp_and_tp_checks_fail_with_the_parameters_whole_on_every_device(frame
         assert re.match(r"failed: AssertionError: the devices update their rows with \[258136, 258136\] "
                         r"bytes of gradients, not the whole gradient's \[516272, 516272\]",
                         planted["fsdp_two_devices_match_oracle[lenet]"]), planted
-    if framework == "tensorflow":      # its gradients' parts counted whole
+    else:                              # TensorFlow's gradients' parts counted whole
         planted = results["gradients whole"]
         assert re.match(r"failed: AssertionError: the devices update their rows with \[516272, 516272\] "
                         r"bytes of gradients, not their rows' \[308496, 308496\]",

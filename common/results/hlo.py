@@ -247,6 +247,17 @@ def update_gradient_bytes(text: str, whole: list[int], first: int = 0) -> list[i
     return out
 
 
+def step_figures(text: str, whole: list[int], devices: int, first: int = 0) -> dict:
+    """A compiled training step's record figures, read from its HLO: the bytes its
+    collectives carry (collective_bytes) and, where every update reads so, each of its
+    `devices`' gradient bytes (grad_bytes: the same program on every device)."""
+    out = {"collective_bytes": collective_bytes(text)}
+    grads = update_gradient_bytes(text, whole, first)
+    if grads is not None:
+        out["grad_bytes"] = [sum(grads)] * devices
+    return out
+
+
 def module_id(serialized: bytes) -> int:
     """The unique id of a serialized HloModuleProto (its field 5, int64; 0 when unset),
     which a profiler's events carry as `program_id`: module names repeat (every jitted

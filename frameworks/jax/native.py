@@ -154,11 +154,7 @@ class MeshTrainer(Trainer):
         whole = [int(np.prod(p.shape)) * p.dtype.itemsize for p in self.params]
         out = held_figures(self.shard_arrays(), whole, self.tensor or None)
         if self.compiled and self._inputs is not None:
-            text = self._compiled_step().as_text()
-            out["collective_bytes"] = hlo.collective_bytes(text)
-            grads = hlo.update_gradient_bytes(text, whole)
-            if grads is not None:
-                out["grad_bytes"] = [sum(grads)] * len(out["shard_bytes"])
+            out.update(hlo.step_figures(self._compiled_step().as_text(), whole, len(out["shard_bytes"])))
         return out
 
     def _compiled_step(self):

@@ -187,13 +187,10 @@ class LaidOutTrainer(FitTrainer):
         program = getattr(self.place, "program", lambda model: None)(self.model)
         if program is not None:
             text, first = program
-            out["collective_bytes"] = hlo.collective_bytes(text)
             # the step's results: its logs, then the trainable variables in Keras's order
-            grads = hlo.update_gradient_bytes(text, [
-                int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in self.model.trainable_variables],
-                first)
-            if grads is not None:
-                out["grad_bytes"] = [sum(grads)] * len(out["shard_bytes"])
+            out.update(hlo.step_figures(text, [int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
+                                               for v in self.model.trainable_variables],
+                                        len(out["shard_bytes"]), first))
         return out
 
 
